@@ -1,0 +1,189 @@
+/**
+ * Three families of errors (STYLE.md):
+ *  - control: thrown by an operation to steer the outcome (`DefiniteFailure`);
+ *  - typed infrastructure and input errors, all `ReckonError`, matched by class or `code`;
+ *  - broken invariants (`InvariantViolation`, `IllegalTransition`): bugs, they crash.
+ */
+
+export class ReckonError extends Error {
+  readonly code: string;
+  constructor(code: string, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+    this.code = code;
+  }
+}
+
+/** Thrown inside `ctx.dispatch()` when the downstream gave a definitive answer: it failed. */
+export class DefiniteFailure extends Error {
+  readonly retryable: boolean;
+  readonly details: unknown;
+  constructor(message: string, options: { retryable?: boolean; details?: unknown; cause?: unknown } = {}) {
+    super(message, { cause: options.cause });
+    this.name = 'DefiniteFailure';
+    this.retryable = options.retryable ?? false;
+    this.details = options.details;
+  }
+}
+
+/** Invariant 9: the request key exists with another fingerprint. Nothing was written. */
+export class RequestKeyConflict extends ReckonError {
+  readonly requestKey: string;
+  readonly existingJobId: string;
+  constructor(requestKey: string, existingJobId: string, existing: string, given: string) {
+    super(
+      'REQUEST_KEY_CONFLICT',
+      `request key ${JSON.stringify(requestKey)} already belongs to job ${existingJobId} with fingerprint ` +
+        `${existing.slice(0, 12)}…; this request has fingerprint ${given.slice(0, 12)}…. ` +
+        `Use a new key for a different request.`,
+    );
+    this.requestKey = requestKey;
+    this.existingJobId = existingJobId;
+  }
+}
+
+/** A payload, key or option that cannot be accepted. Nothing was written. */
+export class InvalidInput extends ReckonError {
+  readonly path: string;
+  constructor(message: string, path = '$') {
+    super('INVALID_INPUT', message);
+    this.path = path;
+  }
+}
+
+export class PayloadTooLarge extends ReckonError {
+  readonly bytes: number;
+  readonly limitBytes: number;
+  constructor(what: string, bytes: number, limitBytes: number) {
+    super(
+      'PAYLOAD_TOO_LARGE',
+      `${what} is ${bytes} bytes as JSON, over the limit of ${limitBytes} bytes (payloadBytesMax)`,
+    );
+    this.bytes = bytes;
+    this.limitBytes = limitBytes;
+  }
+}
+
+export class UnknownOperation extends ReckonError {
+  readonly operation: string;
+  constructor(operation: string, known: readonly string[]) {
+    super(
+      'UNKNOWN_OPERATION',
+      `unknown operation ${JSON.stringify(operation)}` +
+        (known.length ? `; known: ${known.join(', ')}` : '; no operations are registered'),
+    );
+    this.operation = operation;
+  }
+}
+
+export class JobNotFound extends ReckonError {
+  constructor(id: string) {
+    super('JOB_NOT_FOUND', `no job with id ${JSON.stringify(id)}`);
+  }
+}
+
+/** A state-dependent request that the job's current state does not allow (e.g. cancel after dispatch). */
+export class JobStateConflict extends ReckonError {
+  readonly state: string;
+  constructor(message: string, state: string) {
+    super('JOB_STATE_CONFLICT', message);
+    this.state = state;
+  }
+}
+
+export class StoreError extends ReckonError {}
+
+export class StoreCorrupt extends StoreError {
+  constructor(location: string, cause: unknown) {
+    super('STORE_CORRUPT', `the store at ${location} is not a readable reckon database (corrupt, or not a database): ${errorMessage(cause)}`, { cause });
+  }
+}
+
+export class StoreReadOnly extends StoreError {
+  constructor(location: string, cause: unknown) {
+    super('STORE_READ_ONLY', `the store at ${location} cannot be written (read-only file or directory): ${errorMessage(cause)}`, { cause });
+  }
+}
+
+export class SchemaTooNew extends StoreError {
+  readonly found: number;
+  readonly supported: number;
+  constructor(location: string, found: number, supported: number) {
+    super(
+      'SCHEMA_TOO_NEW',
+      `the store at ${location} has schema version ${found}, newer than this reckon supports (${supported}); upgrade reckon before using this store`,
+    );
+    this.found = found;
+    this.supported = supported;
+  }
+}
+
+export class StoreUnavailable extends StoreError {
+  constructor(message: string, cause?: unknown) {
+    super('STORE_UNAVAILABLE', message, { cause });
+  }
+}
+
+export class InvalidStoreUrl extends ReckonError {
+  constructor(url: string) {
+    super('INVALID_STORE_URL', `cannot open store ${JSON.stringify(url)}: use sqlite:<path>, sqlite::memory:, or postgres://…`);
+  }
+}
+
+/** The worker cannot prove it still holds the lease; the side effect must not start. */
+export class LeaseLost extends ReckonError {
+  constructor(jobId: string, attemptNo: number, why: string) {
+    super('LEASE_LOST', `job ${jobId} attempt ${attemptNo}: lease lost (${why}); dispatch refused`);
+  }
+}
+
+/** A broken invariant: a bug. Recovery takes over after the crash. */
+export class InvariantViolation extends Error {
+  constructor(message: string) {
+    super(`reckon invariant violated: ${message}`);
+    this.name = 'InvariantViolation';
+  }
+}
+
+export class IllegalTransition extends InvariantViolation {
+  constructor(kind: 'job' | 'attempt', from: string, to: string) {
+    super(`illegal ${kind} transition ${from} -> ${to}`);
+    this.name = 'IllegalTransition';
+  }
+}
+
+export function assert(condition: unknown, message: string): asserts condition {
+  if (!condition) throw new InvariantViolation(message);
+}
+
+export function errorMessage(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+/** The serializable form of an error kept in the journal. */
+export interface ErrorInfo {
+  name: string;
+  message: string;
+  code?: string;
+  retryable?: boolean;
+  details?: unknown;
+}
+
+export function toErrorInfo(err: unknown): ErrorInfo {
+  if (err instanceof DefiniteFailure) {
+    return { name: err.name, message: err.message, retryable: err.retryable, details: safeDetails(err.details) };
+  }
+  if (err instanceof Error) {
+    const code = (err as { code?: unknown }).code;
+    return { name: err.name, message: err.message, ...(typeof code === 'string' ? { code } : {}) };
+  }
+  return { name: 'Error', message: String(err) };
+}
+
+function safeDetails(details: unknown): unknown {
+  try {
+    return details === undefined ? undefined : (JSON.parse(JSON.stringify(details)) as unknown);
+  } catch {
+    return String(details);
+  }
+}

@@ -1,0 +1,103 @@
+/**
+ * JSON at the boundary (invariant 10): a payload is accepted only if it is plain JSON data,
+ * so that what the journal keeps is exactly what the operation will receive after a restart.
+ * Canonical JSON (sorted keys, no whitespace) is what request fingerprints hash.
+ */
+import { createHash } from 'node:crypto';
+import { InvalidInput, PayloadTooLarge } from './errors.js';
+
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+/** Throws `InvalidInput` naming the path of the first value that is not plain JSON data. */
+export function assertJson(value: unknown, what = 'payload'): asserts value is Json {
+  if (value === undefined) throw new InvalidInput(`${what} is undefined; pass null or an object`, '$');
+  walk(value, '$', new Set(), what);
+}
+
+function walk(value: unknown, path: string, seen: Set<object>, what: string): void {
+  switch (typeof value) {
+    case 'string':
+    case 'boolean':
+      return;
+    case 'number':
+      if (!Number.isFinite(value)) throw new InvalidInput(`${what} has a non-finite number (${value}) at ${path}`, path);
+      return;
+    case 'bigint':
+      throw new InvalidInput(`${what} has a BigInt at ${path}; JSON has no BigInt: pass it as a string`, path);
+    case 'function':
+      throw new InvalidInput(`${what} has a function at ${path}; only JSON data can be journaled`, path);
+    case 'symbol':
+      throw new InvalidInput(`${what} has a symbol at ${path}`, path);
+    case 'undefined':
+      throw new InvalidInput(`${what} has undefined at ${path}; omit the field or use null`, path);
+    case 'object':
+      break;
+  }
+  if (value === null) return;
+  const obj = value as object;
+  if (seen.has(obj)) throw new InvalidInput(`${what} has a cycle at ${path}`, path);
+  seen.add(obj);
+  if (Array.isArray(obj)) {
+    obj.forEach((item, i) => walk(item, `${path}[${i}]`, seen, what));
+  } else {
+    const proto = Object.getPrototypeOf(obj) as unknown;
+    if (proto !== Object.prototype && proto !== null) {
+      const kind = (obj as { constructor?: { name?: string } }).constructor?.name ?? 'object';
+      throw new InvalidInput(
+        `${what} has a ${kind} at ${path}; only plain objects, arrays, strings, finite numbers, booleans and null are accepted` +
+          (kind === 'Date' ? ' (pass the date as an ISO string)' : ''),
+        path,
+      );
+    }
+    for (const [k, v] of Object.entries(obj)) {
+      // A property explicitly set to undefined is dropped by JSON; accept it the same way.
+      if (v !== undefined) walk(v, `${path}.${k}`, seen, what);
+    }
+  }
+  seen.delete(obj);
+}
+
+/** Canonical JSON: object keys sorted by code unit, no whitespace. */
+export function canonicalJson(value: unknown): string {
+  assertJson(value);
+  return canonical(value);
+}
+
+function canonical(value: Json): string {
+  if (value === null || typeof value !== 'object') return JSON.stringify(value);
+  if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
+  const keys = Object.keys(value)
+    .filter((k) => value[k] !== undefined)
+    .sort();
+  return `{${keys.map((k) => `${JSON.stringify(k)}:${canonical(value[k] as Json)}`).join(',')}}`;
+}
+
+/** SHA-256 of canonical JSON, hex. */
+export function fingerprintOf(value: unknown): string {
+  return createHash('sha256').update(canonicalJson(value)).digest('hex');
+}
+
+/** Serializes a validated payload and checks it against a byte limit. */
+export function encodePayload(value: unknown, what: string, limitBytes: number): string {
+  assertJson(value, what);
+  const text = JSON.stringify(value);
+  const bytes = Buffer.byteLength(text, 'utf8');
+  if (bytes > limitBytes) throw new PayloadTooLarge(what, bytes, limitBytes);
+  return text;
+}
+
+/** Encodes a value that came back from user code (a result), replacing what JSON cannot hold. */
+export function encodeResult(value: unknown): string | null {
+  if (value === undefined) return null;
+  try {
+    assertJson(value, 'result');
+    return JSON.stringify(value);
+  } catch {
+    // A result that is not plain JSON is still evidence: keep its best-effort rendering.
+    try {
+      return JSON.stringify({ unserializable: String(value) });
+    } catch {
+      return JSON.stringify({ unserializable: true });
+    }
+  }
+}

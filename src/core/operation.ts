@@ -1,0 +1,135 @@
+/**
+ * Operations are the user's code: one side effect each (DESIGN §4).
+ */
+import { InvalidInput } from './errors.js';
+import { normalizeRetry, type RetryPolicy } from './retry.js';
+
+export interface Logger {
+  debug(obj: object, msg?: string): void;
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+  error(obj: object, msg?: string): void;
+}
+
+export interface OperationContext {
+  readonly jobId: string;
+  readonly attemptNo: number;
+  /** Stable across attempts and recovery (invariant 6): send it as the idempotency key. */
+  readonly requestKey: string;
+  readonly fingerprint: string;
+  readonly runId: string | null;
+  readonly stepId: string | null;
+  /** Aborts when the worker can no longer prove it holds the lease, or the timeout passed. */
+  readonly signal: AbortSignal;
+  readonly log: Logger;
+  /**
+   * The dispatch boundary (invariant 3): `fn` runs only after the attempt's dispatch marker is
+   * durably committed by a write fenced on the lease. A throw before this call is
+   * `FAILED_BEFORE_SEND`; after it, only `DefiniteFailure` (or `classify`) is definitive.
+   */
+  dispatch<T>(fn: () => Promise<T>): Promise<T>;
+}
+
+export interface LookupContext {
+  readonly jobId: string;
+  readonly attemptNo: number;
+  readonly requestKey: string;
+  readonly signal: AbortSignal;
+  readonly log: Logger;
+}
+
+export type LookupResult =
+  | { found: true; outcome: 'succeeded'; result?: unknown }
+  | { found: true; outcome: 'failed'; error?: unknown; retryable?: boolean }
+  | { found: false };
+
+/** How a failure thrown after dispatch started is to be read. `undefined`: use the default. */
+export type Classification = 'definite-failure' | 'retryable-failure' | 'not-sent' | 'unknown';
+
+export interface ReconcilePolicy {
+  /** Added to `dispatched_at + timeoutMs` before the first lookup, so a request still in flight is not taken for lost. */
+  graceMs: number;
+  /** Inconclusive lookups (a throw) before the job goes to NEEDS_REVIEW. */
+  maxLookups: number;
+  /** Delay between inconclusive lookups, doubled each time up to `lookupBackoffMaxMs`. */
+  lookupBackoffMs: number;
+  lookupBackoffMaxMs: number;
+}
+
+export const DEFAULT_RECONCILE: ReconcilePolicy = {
+  graceMs: 5_000,
+  maxLookups: 5,
+  lookupBackoffMs: 1_000,
+  lookupBackoffMaxMs: 60_000,
+};
+
+export interface OperationSpec<I, R> {
+  /** Unique, e.g. `payments.charge`. Letters, digits, `.`, `_`, `-`, `:`, `/`. */
+  name: string;
+  /** Checks and narrows the input at enqueue (for example a zod schema's `parse`). A throw rejects the enqueue. */
+  validate?: (input: unknown) => I;
+  /** The parts of the input that identify the request; canonical JSON, SHA-256. Default: the whole input. */
+  fingerprint?: (input: I) => unknown;
+  /** Asks the downstream what happened to a request key. A throw is inconclusive. */
+  lookup?: (requestKey: string, input: I, ctx: LookupContext) => Promise<LookupResult>;
+  /** The downstream deduplicates by the key we send, so a retry with the same key is safe. */
+  idempotentWithKey?: boolean;
+  /** Reads a failure thrown inside dispatch; the default makes only `DefiniteFailure` definitive. */
+  classify?: (error: unknown) => Classification | undefined;
+  execute: (input: I, ctx: OperationContext) => Promise<R>;
+  retry?: Partial<RetryPolicy>;
+  /** Longest an attempt may run; after it the signal aborts and an attempt in flight is UNKNOWN. */
+  timeoutMs?: number;
+  reconcile?: Partial<ReconcilePolicy>;
+}
+
+export interface Operation<I = unknown, R = unknown> {
+  readonly name: string;
+  readonly spec: OperationSpec<I, R>;
+  readonly retry: RetryPolicy;
+  readonly timeoutMs: number;
+  readonly reconcile: ReconcilePolicy;
+  readonly idempotentWithKey: boolean;
+  /** Which path reconciles an UNKNOWN attempt of this operation (DESIGN §4). */
+  readonly recovery: 'lookup' | 'same-key' | 'review';
+  /** Brand, so a module's exports can be scanned for operations. */
+  readonly __reckonOperation: true;
+}
+
+export const DEFAULT_TIMEOUT_MS = 30_000;
+const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$/;
+
+export function defineOperation<I, R>(spec: OperationSpec<I, R>): Operation<I, R> {
+  if (typeof spec !== 'object' || spec === null) throw new InvalidInput('defineOperation needs a spec object');
+  if (typeof spec.name !== 'string' || !NAME_RE.test(spec.name)) {
+    throw new InvalidInput(
+      `operation name ${JSON.stringify(spec.name)} is invalid: 1-128 characters of letters, digits, . _ : / -, starting with a letter or digit`,
+    );
+  }
+  const where = `operation ${spec.name}`;
+  if (typeof spec.execute !== 'function') throw new InvalidInput(`${where}: execute must be a function`);
+  if (spec.lookup !== undefined && typeof spec.lookup !== 'function') throw new InvalidInput(`${where}: lookup must be a function`);
+  const timeoutMs = spec.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  if (!Number.isInteger(timeoutMs) || timeoutMs < 1 || timeoutMs > 24 * 3600_000) {
+    throw new InvalidInput(`${where}: timeoutMs must be an integer from 1 to 86400000`);
+  }
+  const reconcile = { ...DEFAULT_RECONCILE, ...(spec.reconcile ?? {}) };
+  if (!(reconcile.graceMs >= 0) || !(reconcile.maxLookups >= 1) || !(reconcile.lookupBackoffMs >= 0)) {
+    throw new InvalidInput(`${where}: reconcile needs graceMs >= 0, maxLookups >= 1, lookupBackoffMs >= 0`);
+  }
+  const idempotentWithKey = spec.idempotentWithKey ?? false;
+  return Object.freeze({
+    name: spec.name,
+    spec,
+    retry: normalizeRetry(spec.retry, where),
+    timeoutMs,
+    reconcile,
+    idempotentWithKey,
+    recovery: spec.lookup ? 'lookup' : idempotentWithKey ? 'same-key' : 'review',
+    __reckonOperation: true,
+  } as const);
+}
+
+export function isOperation(value: unknown): value is Operation {
+  return typeof value === 'object' && value !== null && (value as { __reckonOperation?: unknown }).__reckonOperation === true;
+}

@@ -1,0 +1,58 @@
+/**
+ * reckon: a durable job queue and execution journal for side effects.
+ */
+import type { Store } from './store/store.js';
+import { createStore, DEFAULT_STORE_URL, type StoreOpenOptions } from './store/open.js';
+import { Queue, type QueueOptions } from './runtime/queue.js';
+
+export interface OpenQueueOptions extends QueueOptions, StoreOpenOptions {
+  /** `sqlite:./reckon.db` (default, or RECKON_STORE), `sqlite::memory:`, `postgres://…`, or a Store. */
+  store?: string | Store;
+}
+
+/** Opens (and migrates) a store and returns the queue API on it. */
+export async function openQueue(options: OpenQueueOptions = {}): Promise<Queue> {
+  const store =
+    typeof options.store === 'object' && options.store !== null
+      ? options.store
+      : await createStore(options.store ?? process.env.RECKON_STORE ?? DEFAULT_STORE_URL, options);
+  await store.init();
+  return new Queue(store, options);
+}
+
+export { defineOperation, isOperation, DEFAULT_RECONCILE, DEFAULT_TIMEOUT_MS } from './core/operation.js';
+export type { Operation, OperationSpec, OperationContext, LookupContext, LookupResult, Classification, ReconcilePolicy, Logger } from './core/operation.js';
+export {
+  ReckonError,
+  DefiniteFailure,
+  RequestKeyConflict,
+  InvalidInput,
+  PayloadTooLarge,
+  UnknownOperation,
+  JobNotFound,
+  JobStateConflict,
+  StoreError,
+  StoreCorrupt,
+  StoreReadOnly,
+  SchemaTooNew,
+  StoreUnavailable,
+  InvalidStoreUrl,
+  LeaseLost,
+  InvariantViolation,
+  IllegalTransition,
+} from './core/errors.js';
+export type { ErrorInfo } from './core/errors.js';
+export { JOB_STATES, ATTEMPT_STATES, describeJobTransitions } from './core/states.js';
+export type { JobState, AttemptState, Resolution } from './core/states.js';
+export { fingerprintOf, canonicalJson } from './core/json.js';
+export type { RetryPolicy, BackoffPolicy } from './core/retry.js';
+export { Queue } from './runtime/queue.js';
+export type { QueueOptions, EnqueueOptions, EnqueuedJob, JobsQuery } from './runtime/queue.js';
+export { Worker } from './runtime/worker.js';
+export type { WorkerOptions, JobEvent } from './runtime/worker.js';
+export type { ResolveOptions, ReviewDecision } from './runtime/review.js';
+export { Faults, FAULT_POINTS, InjectedFault, parseFaults } from './runtime/faults.js';
+export type { FaultPoint, FaultAction, FaultSpec } from './runtime/faults.js';
+export { createStore, DEFAULT_STORE_URL } from './store/open.js';
+export type { Store, JobRecord, AttemptRecord, EventRecord, JobDetail, StoreStats } from './store/store.js';
+export { createLogger } from './observe/logger.js';

@@ -1,0 +1,282 @@
+/**
+ * One attempt of one job in a worker: the dispatch boundary (invariant 3), the lease as the
+ * worker sees it (monotonic clock, DESIGN §3), the outcome classification (DESIGN §4), and the
+ * fenced write of the outcome, or late evidence when the worker was fenced out (invariant 7).
+ */
+import { performance } from 'node:perf_hooks';
+import { decideAfterAttempt, type AttemptOutcome } from '../core/decide.js';
+import { DefiniteFailure, LeaseLost, ReckonError, toErrorInfo, type ErrorInfo } from '../core/errors.js';
+import { encodeResult } from '../core/json.js';
+import type { Logger, Operation, OperationContext } from '../core/operation.js';
+import { seedOf } from '../core/retry.js';
+import type { AttemptFinish, ClaimedAttempt, LeaseRef, Store } from '../store/store.js';
+import type { Faults } from './faults.js';
+
+export type AttemptEnd =
+  | { kind: 'finished'; outcome: AttemptOutcome; jobState: string; result?: unknown; error?: ErrorInfo }
+  | { kind: 'fenced'; outcome: AttemptOutcome; result?: unknown; error?: ErrorInfo };
+
+export interface AttemptHost {
+  readonly store: Store;
+  readonly faults: Faults;
+  readonly log: Logger;
+  readonly ownerId: string;
+  readonly leaseMs: number;
+  readonly safetyMarginMs: number;
+  /** Called with the fenced-out outcome, to keep it as evidence (and maybe resolve UNKNOWN). */
+  lateEvidence(claimed: ClaimedAttempt, outcome: AttemptOutcome, result: unknown, error: ErrorInfo | undefined): Promise<void>;
+}
+
+/** Thrown inside dispatch when the marker could not be committed: nothing was sent. */
+class NotDispatched extends ReckonError {
+  constructor(reason: string, cause?: unknown) {
+    super('NOT_DISPATCHED', reason, { cause });
+  }
+}
+
+class AttemptTimeout extends ReckonError {
+  constructor(ms: number) {
+    super('ATTEMPT_TIMEOUT', `attempt timed out after ${ms} ms`);
+  }
+}
+
+const NOT_SENT_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH']);
+
+export class AttemptRun {
+  readonly lease: LeaseRef;
+  /** Monotonic ms; the worker's own lease deadline, never later than the store's. */
+  private localDeadline: number;
+  private readonly controller = new AbortController();
+  private watchdog: NodeJS.Timeout | undefined;
+  private dispatchState: 'none' | 'marking' | 'marked' | 'refused' = 'none';
+  private markerWrite: Promise<unknown> | undefined;
+  private finished = false;
+  readonly log: Logger;
+
+  constructor(
+    private readonly host: AttemptHost,
+    readonly claimed: ClaimedAttempt,
+    private readonly op: Operation<any, any>,
+    claimSentAt: number,
+  ) {
+    const { job, attempt } = claimed;
+    this.lease = { jobId: job.id, attemptNo: attempt.attemptNo, leaseToken: attempt.leaseToken };
+    // The store set expiry = its now + leaseMs, where its now >= the moment the claim was sent.
+    this.localDeadline = claimSentAt + host.leaseMs;
+    this.log = {
+      debug: (o, m) => host.log.debug(this.fields(o), m),
+      info: (o, m) => host.log.info(this.fields(o), m),
+      warn: (o, m) => host.log.warn(this.fields(o), m),
+      error: (o, m) => host.log.error(this.fields(o), m),
+    };
+    this.armWatchdog();
+  }
+
+  private fields(o: object): object {
+    const { job, attempt } = this.claimed;
+    return { jobId: job.id, attemptNo: attempt.attemptNo, fingerprint: job.fingerprint, operation: job.operation, state: this.dispatchState === 'marked' ? 'DISPATCHED' : 'LEASED', ...o };
+  }
+
+  get dispatched(): boolean {
+    return this.dispatchState === 'marked';
+  }
+
+  get done(): boolean {
+    return this.finished;
+  }
+
+  /** A heartbeat sent at `sentAt` (monotonic) extended the lease. */
+  renewed(sentAt: number): void {
+    this.localDeadline = Math.max(this.localDeadline, sentAt + this.host.leaseMs);
+    this.armWatchdog();
+  }
+
+  /** The store says this lease is gone: stop everything that has not left yet. */
+  lost(why: string): void {
+    this.abort(new LeaseLost(this.lease.jobId, this.lease.attemptNo, why));
+  }
+
+  abort(reason: Error): void {
+    if (!this.controller.signal.aborted) this.controller.abort(reason);
+  }
+
+  private leaseUsable(): boolean {
+    return !this.controller.signal.aborted && performance.now() < this.localDeadline - this.host.safetyMarginMs;
+  }
+
+  private armWatchdog(): void {
+    clearTimeout(this.watchdog);
+    const ms = this.localDeadline - this.host.safetyMarginMs - performance.now();
+    this.watchdog = setTimeout(() => {
+      if (!this.leaseUsable() && !this.finished) this.lost('not renewed before the safety margin');
+    }, Math.max(0, ms));
+    this.watchdog.unref();
+  }
+
+  /** Runs the operation and records the outcome. Never rejects. */
+  async run(): Promise<AttemptEnd> {
+    const { job, attempt } = this.claimed;
+    const timeout = setTimeout(() => this.abort(new AttemptTimeout(this.op.timeoutMs)), this.op.timeoutMs);
+    timeout.unref();
+    let result: unknown;
+    let failure: unknown;
+    let ok = false;
+    try {
+      this.host.faults.hit('after-attempt-commit', this.lease);
+      result = await this.raceTimeout(this.op.spec.execute(job.input, this.context()));
+      ok = true;
+    } catch (err) {
+      failure = err;
+    } finally {
+      clearTimeout(timeout);
+    }
+    // A marker write still in flight decides which side of the boundary we are on.
+    if (this.markerWrite) await this.markerWrite.catch(() => undefined);
+    const outcome = ok ? ({ state: 'SUCCEEDED' } as const) : this.classify(failure);
+    const error = ok ? undefined : toErrorInfo(failure);
+    const end = await this.record(outcome, ok ? result : undefined, error, attempt.attemptNo);
+    this.finished = true;
+    clearTimeout(this.watchdog);
+    return end;
+  }
+
+  /** Resolves with execute, or rejects a little after the timeout if execute ignores the signal. */
+  private raceTimeout<T>(p: Promise<T>): Promise<T> {
+    // Two seconds past the signal gives well-behaved code time to settle with a real answer.
+    const hardMs = this.op.timeoutMs + 2_000;
+    let timer: NodeJS.Timeout | undefined;
+    const hard = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new AttemptTimeout(this.op.timeoutMs)), hardMs);
+      timer.unref();
+    });
+    // The abandoned execute may still settle; that is late evidence, handled by the host.
+    p.then(
+      (r) => this.afterAbandoned({ state: 'SUCCEEDED' }, r, undefined),
+      (e) => this.afterAbandoned(this.classify(e), undefined, toErrorInfo(e)),
+    );
+    return Promise.race([p, hard]).finally(() => clearTimeout(timer));
+  }
+
+  private abandonedEnd: AttemptEnd | undefined;
+  private afterAbandoned(outcome: AttemptOutcome, result: unknown, error: ErrorInfo | undefined): void {
+    if (!this.finished || this.abandonedEnd) return;
+    this.abandonedEnd = { kind: 'fenced', outcome, result, error };
+    this.host.lateEvidence(this.claimed, outcome, result, error).catch((err: unknown) => this.log.error({ err: toErrorInfo(err) }, 'late evidence not recorded'));
+  }
+
+  private context(): OperationContext {
+    const { job, attempt } = this.claimed;
+    return {
+      jobId: job.id,
+      attemptNo: attempt.attemptNo,
+      requestKey: job.requestKey,
+      fingerprint: job.fingerprint,
+      runId: job.runId,
+      stepId: job.stepId,
+      signal: this.controller.signal,
+      log: this.log,
+      dispatch: <T>(fn: () => Promise<T>) => this.dispatch(fn),
+    };
+  }
+
+  private async dispatch<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.dispatchState !== 'none') throw new NotDispatched('ctx.dispatch() may be called once per attempt: one side effect per operation');
+    if (typeof fn !== 'function') throw new NotDispatched('ctx.dispatch() takes a function that performs the side effect');
+    if (!this.leaseUsable()) {
+      this.dispatchState = 'refused';
+      throw new NotDispatched('the lease cannot be proven (expired locally, lost, or timed out); dispatch refused', this.controller.signal.reason);
+    }
+    this.host.faults.hit('lease-expired-while-alive', this.lease);
+    this.dispatchState = 'marking';
+    const write = this.host.store.attemptDispatchMany({ leases: [this.lease] });
+    this.markerWrite = write;
+    let mark;
+    try {
+      [mark] = await write;
+    } catch (err) {
+      this.dispatchState = 'refused';
+      throw new NotDispatched('the dispatch marker could not be written; nothing was sent', err);
+    }
+    if (!mark?.ok) {
+      this.dispatchState = 'refused';
+      this.lost(`store refused the dispatch marker: ${mark?.reason ?? 'no answer'}`);
+      throw new NotDispatched(`the store refused the dispatch marker (${mark?.reason ?? 'no answer'}); nothing was sent`);
+    }
+    this.dispatchState = 'marked';
+    this.log.debug({}, 'dispatch marker committed');
+    const pending = fn();
+    this.host.faults.hit('after-send-before-response', this.lease);
+    const value = await pending;
+    this.host.faults.hit('after-response-before-commit', this.lease);
+    return value;
+  }
+
+  /** DESIGN §4: after dispatch started, only DefiniteFailure (or the classifier) is definitive. */
+  private classify(err: unknown): AttemptOutcome {
+    if (!this.dispatched) {
+      if (err instanceof DefiniteFailure) return err.retryable ? { state: 'FAILED_BEFORE_SEND' } : { state: 'FAILED', retryable: false };
+      return { state: 'FAILED_BEFORE_SEND' };
+    }
+    if (err instanceof DefiniteFailure) return { state: 'FAILED', retryable: err.retryable };
+    const custom = this.op.spec.classify?.(err);
+    if (custom === 'definite-failure') return { state: 'FAILED', retryable: false };
+    if (custom === 'retryable-failure') return { state: 'FAILED', retryable: true };
+    if (custom === 'not-sent' || (custom === undefined && provablyNotSent(err))) return { state: 'FAILED_BEFORE_SEND' };
+    return { state: 'UNKNOWN' };
+  }
+
+  private reasonFor(outcome: AttemptOutcome, error: ErrorInfo | undefined): string | null {
+    if (outcome.state === 'FAILED_BEFORE_SEND') {
+      if (this.dispatched) return `not-sent: ${error?.code ?? error?.message ?? 'classifier'}`;
+      return this.dispatchState === 'refused' ? 'dispatch-refused' : `threw-before-dispatch${error ? `: ${error.message}` : ''}`;
+    }
+    if (outcome.state === 'UNKNOWN') return error?.code === 'ATTEMPT_TIMEOUT' ? 'timeout-after-dispatch' : 'no-definitive-answer';
+    return null;
+  }
+
+  private async record(outcome: AttemptOutcome, result: unknown, error: ErrorInfo | undefined, attemptNo: number): Promise<AttemptEnd> {
+    const { job } = this.claimed;
+    // A DefiniteFailure thrown before dispatch is the operation's own verdict: FAILED_BEFORE_SEND, no retry.
+    const attemptState = outcome.state === 'FAILED' && !this.dispatched ? 'FAILED_BEFORE_SEND' : outcome.state;
+    const next = decideAfterAttempt(outcome, attemptNo, { maxAttempts: job.maxAttempts, backoff: job.backoff, jitterSeed: seedOf(job.id) });
+    const finish: AttemptFinish = {
+      lease: this.lease,
+      state: attemptState,
+      reason: this.reasonFor(outcome, error),
+      resultJson: outcome.state === 'SUCCEEDED' ? encodeResult(result) : null,
+      error: error ?? null,
+      job: {
+        to: next.to,
+        ...(next.delayMs !== undefined ? { delayMs: next.delayMs } : {}),
+        // Same-key and review paths need no wait; a lookup waits for timeout + grace (DESIGN §3).
+        ...(next.to === 'UNKNOWN' ? { checkAfterDispatchMs: this.op.recovery === 'lookup' ? this.op.timeoutMs + this.op.reconcile.graceMs : 0 } : {}),
+      },
+      actor: this.host.ownerId,
+    };
+    let applied: boolean;
+    try {
+      [applied = false] = await this.host.store.attemptFinishMany({ finishes: [finish] });
+    } catch (err) {
+      // The outcome could not be written; the lease will expire and the reclaimer decides from
+      // the marker. Keep what we know in the log.
+      this.log.error({ err: toErrorInfo(err), outcome: attemptState }, 'outcome not recorded; recovery will reclaim this attempt');
+      return { kind: 'fenced', outcome, result, error };
+    }
+    if (!applied) {
+      this.log.warn({ outcome: attemptState }, 'fenced out: the lease was taken over; keeping the outcome as late evidence');
+      await this.host.lateEvidence(this.claimed, outcome, result, error).catch((err: unknown) => this.log.error({ err: toErrorInfo(err) }, 'late evidence not recorded'));
+      return { kind: 'fenced', outcome, result, error };
+    }
+    this.log.info({ outcome: attemptState, jobState: next.to }, 'attempt finished');
+    return { kind: 'finished', outcome, jobState: next.to, result, error };
+  }
+}
+
+function provablyNotSent(err: unknown): boolean {
+  for (let e: unknown = err, depth = 0; e && depth < 4; depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string' && NOT_SENT_CODES.has(code)) return true;
+    e = (e as { cause?: unknown }).cause;
+  }
+  return false;
+}

@@ -1,0 +1,62 @@
+/**
+ * Late evidence (invariant 7): a worker whose lease was taken over cannot change the journal,
+ * but what it learned is kept as an event, and may resolve its UNKNOWN attempt when no later
+ * attempt has dispatched.
+ */
+import { decideAfterAttempt, type AttemptOutcome } from '../core/decide.js';
+import type { ErrorInfo } from '../core/errors.js';
+import { encodeResult, type Json } from '../core/json.js';
+import type { Logger } from '../core/operation.js';
+import { seedOf } from '../core/retry.js';
+import type { JobState } from '../core/states.js';
+import type { ClaimedAttempt, Store } from '../store/store.js';
+
+export async function recordLateEvidence(
+  host: { store: Store; log: Logger; ownerId: string },
+  claimed: ClaimedAttempt,
+  outcome: AttemptOutcome,
+  result: unknown,
+  error: ErrorInfo | undefined,
+): Promise<JobState | null> {
+  const { store } = host;
+  const attemptNo = claimed.attempt.attemptNo;
+  const resultJson = outcome.state === 'SUCCEEDED' ? encodeResult(result) : null;
+  const evidence = {
+    outcome: outcome.state,
+    ownerId: host.ownerId,
+    ...(resultJson !== null ? { result: JSON.parse(resultJson) as Json } : {}),
+    ...(error ? { error } : {}),
+  };
+  const detail = await store.jobGet({ id: claimed.job.id });
+  const job = detail?.job;
+  const attempt = detail?.attempts.find((a) => a.attemptNo === attemptNo);
+  const proves = outcome.state === 'SUCCEEDED' || outcome.state === 'FAILED';
+  if (
+    job &&
+    attempt &&
+    proves &&
+    attempt.state === 'UNKNOWN' &&
+    attempt.resolution === null &&
+    job.attemptCount === attemptNo &&
+    (job.state === 'UNKNOWN' || job.state === 'NEEDS_REVIEW')
+  ) {
+    const next = decideAfterAttempt(outcome, attemptNo, { maxAttempts: job.maxAttempts, backoff: job.backoff, jitterSeed: seedOf(job.id) });
+    const applied = await store.jobTransition({
+      jobId: job.id,
+      from: job.state,
+      to: next.to,
+      expectAttemptNo: attemptNo,
+      ...(next.delayMs !== undefined ? { delayMs: next.delayMs } : {}),
+      resolution: { kind: outcome.state === 'SUCCEEDED' ? 'succeeded' : 'failed', source: 'late-worker', evidence },
+      ...(resultJson !== null ? { resultJson } : {}),
+      ...(error && next.to === 'FAILED' ? { error } : {}),
+      event: { kind: 'reconciled', actor: host.ownerId, detail: { path: 'late-worker' } },
+    });
+    if (applied) {
+      host.log.info({ jobId: job.id, attemptNo, fingerprint: job.fingerprint, operation: job.operation, state: next.to }, 'UNKNOWN attempt resolved by late evidence from its worker');
+      return next.to;
+    }
+  }
+  await store.eventAppendMany({ events: [{ jobId: claimed.job.id, attemptNo, kind: 'late-evidence', actor: host.ownerId, detail: evidence }] });
+  return null;
+}

@@ -1,0 +1,264 @@
+/**
+ * The queue API (DESIGN §5): enqueue, inspect, cancel, review, and make workers.
+ */
+import { EventEmitter } from 'node:events';
+import { v7 as uuidv7 } from 'uuid';
+import { InvalidInput, JobNotFound, JobStateConflict, UnknownOperation } from '../core/errors.js';
+import { encodePayload, fingerprintOf } from '../core/json.js';
+import { isOperation, type Logger, type Operation } from '../core/operation.js';
+import type { JobState } from '../core/states.js';
+import { isJobState } from '../core/states.js';
+import type { JobDetail, JobInsert, JobRecord, Store } from '../store/store.js';
+import { silentLogger } from '../observe/logger.js';
+import { Faults } from './faults.js';
+import { Reclaimer } from './reclaimer.js';
+import { Review } from './review.js';
+import { LIMITS } from './settings.js';
+import { Worker, type WorkerOptions } from './worker.js';
+
+export interface QueueOptions {
+  /** Operations known by name, for `enqueue('name', …)` and the CLI. */
+  operations?: Operation<any, any>[];
+  payloadBytesMax?: number;
+  requestKeyLengthMax?: number;
+  logger?: Logger;
+  /** Recorded as the actor of enqueue events. */
+  actor?: string;
+  faults?: Faults;
+}
+
+export interface EnqueueOptions {
+  /** The request key: one side effect. Default: derived from the job id. */
+  key?: string;
+  /** A step of an agent run: the key is `${runId}:${stepId}`. */
+  runId?: string;
+  stepId?: string;
+  /** Run no earlier than this (a Date or ms since the epoch). */
+  runAt?: Date | number;
+  /** Run no earlier than this many ms from now (store clock). */
+  delayMs?: number;
+  /** Higher runs first; -1000 to 1000. Default 0. */
+  priority?: number;
+  queue?: string;
+}
+
+/** What enqueue returns: the job as stored, and whether this call created it. */
+export type EnqueuedJob = JobRecord & { deduplicated: boolean };
+
+export interface JobsQuery {
+  state?: JobState | JobState[];
+  queue?: string;
+  operation?: string;
+  limit?: number;
+  beforeId?: string;
+}
+
+const QUEUE_RE = /^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$/;
+
+export class Queue {
+  readonly store: Store;
+  readonly review: Review;
+  readonly log: Logger;
+  readonly faults: Faults;
+  /** Local wake-ups: workers of this queue pick up new work without waiting for a poll. */
+  readonly notifier = new EventEmitter();
+  private readonly operations = new Map<string, Operation<any, any>>();
+  private readonly payloadBytesMax: number;
+  private readonly keyLengthMax: number;
+  private readonly actor: string;
+  private readonly workers = new Set<Worker>();
+  private closed = false;
+
+  constructor(store: Store, options: QueueOptions = {}) {
+    this.store = store;
+    this.log = options.logger ?? silentLogger;
+    this.faults = options.faults ?? Faults.fromEnv();
+    this.payloadBytesMax = options.payloadBytesMax ?? LIMITS.payloadBytesMax;
+    this.keyLengthMax = options.requestKeyLengthMax ?? LIMITS.requestKeyLengthMax;
+    this.actor = options.actor ?? 'api';
+    if (!Number.isInteger(this.payloadBytesMax) || this.payloadBytesMax < 1) throw new InvalidInput('payloadBytesMax must be a positive integer (bytes)');
+    for (const op of options.operations ?? []) this.register(op);
+    this.review = new Review(this);
+    this.notifier.setMaxListeners(0);
+  }
+
+  register(op: Operation<any, any>): void {
+    if (!isOperation(op)) throw new InvalidInput('register() takes an operation made by defineOperation()');
+    const existing = this.operations.get(op.name);
+    if (existing && existing !== op) throw new InvalidInput(`two different operations are named ${op.name}`);
+    this.operations.set(op.name, op);
+  }
+
+  operation(name: string): Operation<any, any> | undefined {
+    return this.operations.get(name);
+  }
+
+  /** Durably enqueues one job; resolves once it survives a crash of every process (invariant 1). */
+  async enqueue<I>(op: Operation<I, any> | string, input: I, options: EnqueueOptions = {}): Promise<EnqueuedJob> {
+    const [job] = await this.enqueueMany(op, [{ input, ...options }]);
+    return job!;
+  }
+
+  /** One durable batch: all jobs are accepted, or (on a conflict or bad input) none is. */
+  async enqueueMany<I>(op: Operation<I, any> | string, items: (EnqueueOptions & { input: I })[]): Promise<EnqueuedJob[]> {
+    this.assertOpen();
+    const operation = this.resolve(op);
+    if (!Array.isArray(items)) throw new InvalidInput('enqueueMany takes an array of { input, key?, … }');
+    if (items.length > LIMITS.enqueueBatchMax) throw new InvalidInput(`enqueueMany takes at most ${LIMITS.enqueueBatchMax} jobs per call, got ${items.length}`);
+    if (items.length === 0) return [];
+    const inserts = items.map((item, i) => this.prepare(operation, item, items.length > 1 ? `jobs[${i}]` : 'input'));
+    const keys = new Set<string>();
+    for (const j of inserts) {
+      if (keys.has(j.requestKey)) throw new InvalidInput(`the batch names request key ${JSON.stringify(j.requestKey)} twice`);
+      keys.add(j.requestKey);
+    }
+    const results = await this.store.jobInsertMany({ jobs: inserts, actor: this.actor });
+    for (const r of results) {
+      this.log.info(
+        { jobId: r.job.id, attemptNo: r.job.attemptCount, fingerprint: r.job.fingerprint, operation: r.job.operation, state: r.job.state, deduplicated: !r.created },
+        r.created ? 'job enqueued' : 'enqueue deduplicated by request key',
+      );
+    }
+    this.notifier.emit('enqueued', operation.name);
+    return results.map((r) => ({ ...r.job, deduplicated: !r.created }));
+  }
+
+  private resolve(op: Operation<any, any> | string): Operation<any, any> {
+    if (typeof op === 'string') {
+      const found = this.operations.get(op);
+      if (!found) throw new UnknownOperation(op, [...this.operations.keys()]);
+      return found;
+    }
+    if (!isOperation(op)) throw new InvalidInput('enqueue takes an operation made by defineOperation(), or a registered operation name');
+    const known = this.operations.get(op.name);
+    if (known && known !== op) throw new InvalidInput(`another operation named ${op.name} is registered with this queue`);
+    return op;
+  }
+
+  private prepare(op: Operation<any, any>, item: EnqueueOptions & { input: unknown }, what: string): JobInsert {
+    if (typeof item !== 'object' || item === null) throw new InvalidInput(`${what}: each item is { input, key?, … }`);
+    let input: unknown = item.input;
+    if (op.spec.validate) {
+      try {
+        input = op.spec.validate(input);
+      } catch (err) {
+        throw new InvalidInput(`${what} rejected by ${op.name}.validate: ${err instanceof Error ? err.message : String(err)}`);
+      }
+    }
+    const inputJson = encodePayload(input, what, this.payloadBytesMax);
+    // Fingerprint what will be stored, so that the journal and the hash agree after a restart.
+    const stored = JSON.parse(inputJson) as unknown;
+    const fingerprint = fingerprintOf(op.spec.fingerprint ? op.spec.fingerprint(stored) : stored);
+    const id = uuidv7();
+    const requestKey = this.requestKeyOf(item, id, what);
+    const queue = item.queue ?? 'default';
+    if (typeof queue !== 'string' || !QUEUE_RE.test(queue)) throw new InvalidInput(`${what}: queue ${JSON.stringify(queue)} is invalid: 1-64 letters, digits, . _ : / -`);
+    const priority = item.priority ?? 0;
+    if (!Number.isInteger(priority) || priority < -1000 || priority > 1000) throw new InvalidInput(`${what}: priority must be an integer from -1000 to 1000`);
+    const delayMs = item.delayMs ?? 0;
+    if (!Number.isFinite(delayMs) || delayMs < 0) throw new InvalidInput(`${what}: delayMs must be a number >= 0`);
+    let runAt: number | null = null;
+    if (item.runAt !== undefined) {
+      runAt = item.runAt instanceof Date ? item.runAt.getTime() : item.runAt;
+      if (typeof runAt !== 'number' || !Number.isFinite(runAt)) throw new InvalidInput(`${what}: runAt must be a Date or ms since the epoch`);
+    }
+    return {
+      id,
+      queue,
+      operation: op.name,
+      inputJson,
+      requestKey,
+      fingerprint,
+      runId: item.runId ?? null,
+      stepId: item.stepId ?? null,
+      priority,
+      delayMs: Math.round(delayMs),
+      runAt,
+      maxAttempts: op.retry.maxAttempts,
+      backoff: op.retry.backoff,
+      timeoutMs: op.timeoutMs,
+    };
+  }
+
+  private requestKeyOf(item: EnqueueOptions, id: string, what: string): string {
+    const hasRun = item.runId !== undefined || item.stepId !== undefined;
+    if (hasRun && item.key !== undefined) throw new InvalidInput(`${what}: give either key or runId+stepId, not both`);
+    let key: string;
+    if (hasRun) {
+      this.checkKeyPart(item.runId, 'runId', what);
+      this.checkKeyPart(item.stepId, 'stepId', what);
+      key = `${item.runId}:${item.stepId}`;
+    } else if (item.key !== undefined) {
+      this.checkKeyPart(item.key, 'key', what);
+      key = item.key;
+    } else {
+      key = `job:${id}`;
+    }
+    if (key.length > this.keyLengthMax) throw new InvalidInput(`${what}: request key is ${key.length} characters, over the limit of ${this.keyLengthMax}`);
+    return key;
+  }
+
+  private checkKeyPart(value: unknown, name: string, what: string): void {
+    if (typeof value !== 'string') throw new InvalidInput(`${what}: ${name} must be a string`);
+    if (value.length === 0) throw new InvalidInput(`${what}: ${name} is empty; a request key names one side effect`);
+    if (value.length > this.keyLengthMax) throw new InvalidInput(`${what}: ${name} is ${value.length} characters, over the limit of ${this.keyLengthMax}`);
+    // eslint-disable-next-line no-control-regex
+    if (/[\u0000-\u001f\u007f]/.test(value)) throw new InvalidInput(`${what}: ${name} contains control characters`);
+  }
+
+  /** The job with its attempts and events, or null. */
+  async job(id: string): Promise<JobDetail | null> {
+    this.assertOpen();
+    if (typeof id !== 'string' || id.length === 0) throw new InvalidInput('job id must be a non-empty string');
+    return this.store.jobGet({ id });
+  }
+
+  async jobs(query: JobsQuery = {}): Promise<JobRecord[]> {
+    this.assertOpen();
+    const states = query.state === undefined ? undefined : Array.isArray(query.state) ? query.state : [query.state];
+    for (const s of states ?? []) if (!isJobState(s)) throw new InvalidInput(`unknown job state ${JSON.stringify(s)}`);
+    const limit = query.limit ?? 100;
+    if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) throw new InvalidInput('limit must be an integer from 1 to 10000');
+    return this.store.jobList({ states, queue: query.queue, operation: query.operation, limit, beforeId: query.beforeId });
+  }
+
+  /** Cancels a job that has not dispatched its request. */
+  async cancel(id: string, options: { actor?: string; reason?: string } = {}): Promise<JobRecord> {
+    this.assertOpen();
+    const r = await this.store.jobCancel({ id, actor: options.actor ?? this.actor, reason: options.reason ?? 'cancelled' });
+    if (!r) throw new JobNotFound(id);
+    if (!r.cancelled) throw new JobStateConflict(`job ${id} cannot be cancelled: ${r.why}`, r.job.state);
+    this.log.info({ jobId: id, attemptNo: r.job.attemptCount, fingerprint: r.job.fingerprint, operation: r.job.operation, state: r.job.state }, 'job cancelled');
+    return r.job;
+  }
+
+  worker(options: WorkerOptions): Worker {
+    this.assertOpen();
+    for (const op of options.operations) this.register(op);
+    const w = new Worker(this, options);
+    this.workers.add(w);
+    w.once('stopped', () => this.workers.delete(w));
+    return w;
+  }
+
+  /** A reclaimer not tied to a worker, for tests (`runOnce`) and `reckon` tools. */
+  reclaimer(options: { clockSkewToleranceMs?: number } = {}): Reclaimer {
+    return new Reclaimer(this, { clockSkewToleranceMs: options.clockSkewToleranceMs ?? 1_000, actor: `reclaimer:${process.pid}` });
+  }
+
+  knownOperations(): Operation<any, any>[] {
+    return [...this.operations.values()];
+  }
+
+  /** Stops this queue's workers (gracefully) and closes the store. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    await Promise.all([...this.workers].map((w) => w.stop()));
+    this.closed = true;
+    await this.store.close();
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new InvalidInput('this queue is closed');
+  }
+}

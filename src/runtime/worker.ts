@@ -1,0 +1,259 @@
+/**
+ * The worker: claims attempts with a lease, runs them through the dispatch boundary, keeps the
+ * leases alive with fenced heartbeats, and (by default) runs the reclaimer and reconciler.
+ *
+ * Events, each emitted after the fact is durable: 'succeeded', 'failed', 'unknown',
+ * 'reconciled', 'review'; also 'fenced' (outcome kept as late evidence), 'stopped', and
+ * 'error' for infrastructure errors of the loops (only when someone listens).
+ */
+import { EventEmitter } from 'node:events';
+import { hostname } from 'node:os';
+import { performance } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { randomBytes } from 'node:crypto';
+import { toErrorInfo, type ErrorInfo } from '../core/errors.js';
+import type { AttemptOutcome } from '../core/decide.js';
+import type { Logger, Operation } from '../core/operation.js';
+import type { ClaimedAttempt, Store } from '../store/store.js';
+import { AttemptRun, type AttemptHost } from './attempt.js';
+import type { Faults } from './faults.js';
+import { recordLateEvidence } from './evidence.js';
+import type { Queue } from './queue.js';
+import { Reclaimer } from './reclaimer.js';
+import { Reconciler } from './reconciler.js';
+import { workerSettings, type WorkerSettings } from './settings.js';
+
+export interface WorkerOptions extends Partial<WorkerSettings> {
+  operations: Operation<any, any>[];
+  /** Identifies this worker in the journal. Default host/pid/random. */
+  ownerId?: string;
+}
+
+export interface JobEvent {
+  jobId: string;
+  attemptNo: number;
+  operation: string;
+  requestKey: string;
+  input: unknown;
+  result?: unknown;
+  error?: ErrorInfo;
+  state: string;
+  resolution?: string;
+}
+
+export class Worker extends EventEmitter implements AttemptHost {
+  readonly settings: WorkerSettings;
+  readonly ownerId: string;
+  readonly store: Store;
+  readonly faults: Faults;
+  readonly log: Logger;
+  readonly reclaimer: Reclaimer;
+  readonly reconciler: Reconciler;
+  private readonly ops = new Map<string, Operation<any, any>>();
+  private readonly inFlight = new Map<string, { run: AttemptRun; done: Promise<void> }>();
+  private running = false;
+  private stopping: Promise<void> | undefined;
+  private loops: Promise<void>[] = [];
+  private wake: (() => void) | undefined;
+  private readonly onEnqueued = (op: string) => {
+    if (this.ops.has(op)) this.wake?.();
+  };
+
+  constructor(
+    private readonly queue: Queue,
+    options: WorkerOptions,
+  ) {
+    super();
+    if (!Array.isArray(options.operations) || options.operations.length === 0) {
+      throw new TypeError('a worker needs at least one operation: q.worker({ operations: [op] })');
+    }
+    this.settings = workerSettings(options);
+    this.ownerId = options.ownerId ?? `${hostname()}/${process.pid}/${randomBytes(3).toString('hex')}`;
+    this.store = queue.store;
+    this.faults = queue.faults;
+    this.log = queue.log;
+    for (const op of options.operations) this.ops.set(op.name, op);
+    this.reclaimer = new Reclaimer(queue, { clockSkewToleranceMs: this.settings.clockSkewToleranceMs, actor: `reclaimer:${this.ownerId}` }, this);
+    this.reconciler = new Reconciler(queue, [...this.ops.values()], this);
+  }
+
+  get leaseMs(): number {
+    return this.settings.leaseMs;
+  }
+
+  get safetyMarginMs(): number {
+    return this.settings.safetyMarginMs;
+  }
+
+  get activeCount(): number {
+    return this.inFlight.size;
+  }
+
+  get isRunning(): boolean {
+    return this.running;
+  }
+
+  async start(): Promise<void> {
+    if (this.running) return;
+    this.running = true;
+    this.queue.notifier.on('enqueued', this.onEnqueued);
+    this.log.info({ ownerId: this.ownerId, operations: [...this.ops.keys()], ...this.settings }, 'worker started');
+    this.loops = [this.loop('claim', () => this.claimOnce(), 0), this.loop('heartbeat', () => this.heartbeatOnce(), this.settings.heartbeatIntervalMs)];
+    if (this.settings.recover) {
+      this.loops.push(this.loop('reclaim', () => this.reclaimer.runOnce(), this.settings.reclaimIntervalMs));
+      this.loops.push(this.loop('reconcile', () => this.reconciler.runOnce(), this.settings.reconcileIntervalMs));
+    }
+    return Promise.resolve();
+  }
+
+  /** Graceful: stops claiming, lets in-flight attempts finish (aborting them after shutdownTimeoutMs). */
+  stop(): Promise<void> {
+    if (!this.running) return this.stopping ?? Promise.resolve();
+    this.stopping ??= this.shutdown();
+    return this.stopping;
+  }
+
+  private async shutdown(): Promise<void> {
+    this.log.info({ ownerId: this.ownerId, inFlight: this.inFlight.size }, 'worker stopping');
+    this.queue.notifier.off('enqueued', this.onEnqueued);
+    const drained = Promise.all([...this.inFlight.values()].map((f) => f.done));
+    const timer = setTimeout(() => {
+      for (const { run } of this.inFlight.values()) run.abort(new Error('worker stopping: shutdownTimeoutMs passed'));
+    }, this.settings.shutdownTimeoutMs);
+    await drained;
+    clearTimeout(timer);
+    this.running = false;
+    this.wake?.();
+    await Promise.all(this.loops);
+    this.loops = [];
+    this.log.info({ ownerId: this.ownerId }, 'worker stopped');
+    this.emit('stopped');
+  }
+
+  /** A loop that runs `once` until stop; `once` returns true when it should run again at once. */
+  private async loop(name: string, once: () => Promise<unknown>, intervalMs: number): Promise<void> {
+    while (this.running && !this.stopping) {
+      let again = false;
+      try {
+        again = (await once()) === true;
+      } catch (err) {
+        this.reportError(name, err);
+      }
+      if (again || !this.running || this.stopping) continue;
+      const ms = name === 'claim' ? this.settings.pollIntervalMs : intervalMs;
+      await this.nap(ms, name === 'claim');
+    }
+  }
+
+  private async nap(ms: number, wakeable: boolean): Promise<void> {
+    const ac = new AbortController();
+    if (wakeable) this.wake = () => ac.abort();
+    const stopWatch = setInterval(() => {
+      if (this.stopping) ac.abort();
+    }, 50);
+    try {
+      await sleep(ms, undefined, { signal: ac.signal });
+    } catch {
+      /* woken */
+    } finally {
+      clearInterval(stopWatch);
+      if (wakeable) this.wake = undefined;
+    }
+  }
+
+  private reportError(where: string, err: unknown): void {
+    this.log.error({ ownerId: this.ownerId, loop: where, err: toErrorInfo(err) }, `worker ${where} loop error`);
+    if (this.listenerCount('error') > 0) this.emit('error', err);
+  }
+
+  // ------------------------------------------------------------------ claim
+
+  private async claimOnce(): Promise<boolean> {
+    const free = this.settings.concurrency - this.inFlight.size;
+    if (free <= 0) return false;
+    const limit = Math.min(free, this.settings.claimBatchMax);
+    // Started before the claim is sent, so the local deadline is never later than the store's.
+    const sentAt = performance.now();
+    this.faults.hit('before-attempt-commit');
+    const claimed = await this.store.attemptClaimMany({
+      ownerId: this.ownerId,
+      queues: this.settings.queues,
+      operations: [...this.ops.keys()],
+      limit,
+      leaseMs: this.settings.leaseMs,
+    });
+    for (const c of claimed) this.startAttempt(c, sentAt);
+    return claimed.length === limit && this.inFlight.size < this.settings.concurrency;
+  }
+
+  private startAttempt(claimed: ClaimedAttempt, sentAt: number): void {
+    const op = this.ops.get(claimed.job.operation)!;
+    const run = new AttemptRun(this, claimed, op, sentAt);
+    const key = `${claimed.job.id}#${claimed.attempt.attemptNo}`;
+    const done = run.run().then(
+      (end) => {
+        this.inFlight.delete(key);
+        this.wake?.();
+        this.announce(claimed, end.kind === 'finished' ? end.jobState : null, end.outcome, end.result, end.error);
+      },
+      (err: unknown) => {
+        this.inFlight.delete(key);
+        this.reportError('attempt', err);
+      },
+    );
+    this.inFlight.set(key, { run, done });
+  }
+
+  private announce(claimed: ClaimedAttempt, jobState: string | null, outcome: AttemptOutcome, result: unknown, error: ErrorInfo | undefined): void {
+    const base: JobEvent = {
+      jobId: claimed.job.id,
+      attemptNo: claimed.attempt.attemptNo,
+      operation: claimed.job.operation,
+      requestKey: claimed.job.requestKey,
+      input: claimed.job.input,
+      state: jobState ?? 'FENCED',
+      ...(result !== undefined ? { result } : {}),
+      ...(error ? { error } : {}),
+    };
+    if (jobState === null) return void this.emit('fenced', base);
+    if (jobState === 'SUCCEEDED') this.emit('succeeded', base);
+    else if (jobState === 'FAILED') this.emit('failed', base);
+    else if (jobState === 'UNKNOWN') this.emit('unknown', base);
+    else if (jobState === 'NEEDS_REVIEW') this.emit('review', base);
+    else if (jobState === 'QUEUED') this.emit('retrying', { ...base, attemptState: outcome.state });
+  }
+
+  // ------------------------------------------------------------------ heartbeat
+
+  private async heartbeatOnce(): Promise<void> {
+    const runs = [...this.inFlight.values()].map((f) => f.run).filter((r) => !r.done);
+    if (runs.length === 0) return;
+    const sentAt = performance.now();
+    const results = await this.store.attemptHeartbeatMany({ leases: runs.map((r) => r.lease), leaseMs: this.settings.leaseMs });
+    results.forEach((r, i) => {
+      const run = runs[i]!;
+      if (r.ok) run.renewed(sentAt);
+      else if (!run.done) {
+        run.lost('heartbeat refused: lease expired or taken over');
+        run.log.warn({}, 'lease lost at heartbeat');
+      }
+    });
+  }
+
+  // ------------------------------------------------------------------ late evidence
+
+  lateEvidence(claimed: ClaimedAttempt, outcome: AttemptOutcome, result: unknown, error: ErrorInfo | undefined): Promise<void> {
+    return recordLateEvidence(this, claimed, outcome, result, error).then((resolved) => {
+      if (resolved) this.emit('reconciled', { jobId: claimed.job.id, attemptNo: claimed.attempt.attemptNo, operation: claimed.job.operation, requestKey: claimed.job.requestKey, input: claimed.job.input, state: resolved, resolution: outcome.state.toLowerCase(), result, error });
+    });
+  }
+
+  /** For the reconciler and reclaimer: announce what they settled. */
+  notify(event: 'reconciled' | 'review' | 'unknown' | 'failed' | 'retrying', payload: JobEvent): void {
+    this.emit(event, payload);
+  }
+
+  operation(name: string): Operation<any, any> | undefined {
+    return this.ops.get(name);
+  }
+}

@@ -1,0 +1,155 @@
+/**
+ * Row shapes shared by the SQL stores (snake_case columns) and their mapping to records.
+ * Times arrive as numbers (SQLite) or Date/strings (PostgreSQL) and leave as epoch ms.
+ */
+import type { ErrorInfo } from '../core/errors.js';
+import type { Json } from '../core/json.js';
+import type { BackoffPolicy } from '../core/retry.js';
+import type { AttemptState, JobState, Resolution } from '../core/states.js';
+import type { AttemptRecord, EventRecord, JobRecord } from './store.js';
+
+type Time = number | string | Date | bigint;
+type MaybeTime = Time | null;
+
+export interface JobRow {
+  id: string;
+  queue: string;
+  operation: string;
+  input_json: string;
+  request_key: string;
+  request_fingerprint: string;
+  run_id: string | null;
+  step_id: string | null;
+  state: string;
+  priority: number;
+  run_at: Time;
+  created_at: Time;
+  updated_at: Time;
+  finished_at: MaybeTime;
+  attempt_count: number;
+  max_attempts: number;
+  backoff_json: string;
+  timeout_ms: number;
+  next_check_at: MaybeTime;
+  lookup_failures: number;
+  result_json: string | null;
+  error_json: string | null;
+}
+
+export interface AttemptRow {
+  job_id: string;
+  attempt_no: number;
+  request_key: string;
+  request_fingerprint: string;
+  state: string;
+  owner_id: string;
+  lease_token: string;
+  leased_at: Time;
+  lease_expires_at: Time;
+  dispatched_at: MaybeTime;
+  finished_at: MaybeTime;
+  result_json: string | null;
+  error_json: string | null;
+  reason: string | null;
+  resolution: string | null;
+  resolution_source: string | null;
+  resolution_evidence_json: string | null;
+  resolved_at: MaybeTime;
+}
+
+export interface EventRow {
+  id: number | string;
+  job_id: string;
+  attempt_no: number | null;
+  request_fingerprint: string;
+  kind: string;
+  from_state: string | null;
+  to_state: string | null;
+  actor: string;
+  detail_json: string | null;
+  at: Time;
+}
+
+export function toMs(t: Time): number {
+  if (typeof t === 'number') return t;
+  if (typeof t === 'bigint') return Number(t);
+  if (t instanceof Date) return t.getTime();
+  return new Date(t).getTime();
+}
+
+function toMsOrNull(t: MaybeTime): number | null {
+  return t === null ? null : toMs(t);
+}
+
+function parseJson<T>(text: string | null): T | null {
+  return text === null ? null : (JSON.parse(text) as T);
+}
+
+export function jobFromRow(r: JobRow): JobRecord {
+  return {
+    id: r.id,
+    queue: r.queue,
+    operation: r.operation,
+    input: JSON.parse(r.input_json) as Json,
+    requestKey: r.request_key,
+    fingerprint: r.request_fingerprint,
+    runId: r.run_id,
+    stepId: r.step_id,
+    state: r.state as JobState,
+    priority: Number(r.priority),
+    runAt: toMs(r.run_at),
+    createdAt: toMs(r.created_at),
+    updatedAt: toMs(r.updated_at),
+    finishedAt: toMsOrNull(r.finished_at),
+    attemptCount: Number(r.attempt_count),
+    maxAttempts: Number(r.max_attempts),
+    backoff: JSON.parse(r.backoff_json) as BackoffPolicy,
+    timeoutMs: Number(r.timeout_ms),
+    nextCheckAt: toMsOrNull(r.next_check_at),
+    lookupFailures: Number(r.lookup_failures),
+    result: parseJson<Json>(r.result_json),
+    error: parseJson<ErrorInfo>(r.error_json),
+  };
+}
+
+export function attemptFromRow(r: AttemptRow): AttemptRecord {
+  return {
+    jobId: r.job_id,
+    attemptNo: Number(r.attempt_no),
+    requestKey: r.request_key,
+    fingerprint: r.request_fingerprint,
+    state: r.state as AttemptState,
+    ownerId: r.owner_id,
+    leaseToken: r.lease_token,
+    leasedAt: toMs(r.leased_at),
+    leaseExpiresAt: toMs(r.lease_expires_at),
+    dispatchedAt: toMsOrNull(r.dispatched_at),
+    finishedAt: toMsOrNull(r.finished_at),
+    result: parseJson<Json>(r.result_json),
+    error: parseJson<ErrorInfo>(r.error_json),
+    reason: r.reason,
+    resolution: r.resolution as Resolution | null,
+    resolutionSource: r.resolution_source,
+    resolutionEvidence: parseJson<Json>(r.resolution_evidence_json),
+    resolvedAt: toMsOrNull(r.resolved_at),
+  };
+}
+
+export function eventFromRow(r: EventRow): EventRecord {
+  return {
+    id: Number(r.id),
+    jobId: r.job_id,
+    attemptNo: r.attempt_no === null ? null : Number(r.attempt_no),
+    fingerprint: r.request_fingerprint,
+    kind: r.kind,
+    fromState: r.from_state,
+    toState: r.to_state,
+    actor: r.actor,
+    detail: parseJson<Json>(r.detail_json),
+    at: toMs(r.at),
+  };
+}
+
+export function jsonOrNull(value: unknown): string | null {
+  return value === undefined || value === null ? null : JSON.stringify(value);
+}

@@ -1,0 +1,96 @@
+/**
+ * SQLite migrations: append-only and numbered; never edit a released one.
+ * Times are integer milliseconds since the epoch on the host clock.
+ */
+export interface Migration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+const JOB_STATES = `'QUEUED','LEASED','UNKNOWN','NEEDS_REVIEW','SUCCEEDED','FAILED','CANCELLED'`;
+const ATTEMPT_STATES = `'LEASED','SUCCEEDED','FAILED_BEFORE_SEND','FAILED','UNKNOWN'`;
+
+export const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: 'journal',
+    sql: `
+CREATE TABLE jobs (
+  id                  TEXT PRIMARY KEY,
+  queue               TEXT NOT NULL,
+  operation           TEXT NOT NULL,
+  input_json          TEXT NOT NULL,
+  request_key         TEXT NOT NULL UNIQUE,
+  request_fingerprint TEXT NOT NULL,
+  run_id              TEXT,
+  step_id             TEXT,
+  state               TEXT NOT NULL CHECK (state IN (${JOB_STATES})),
+  priority            INTEGER NOT NULL DEFAULT 0,
+  run_at              INTEGER NOT NULL,
+  created_at          INTEGER NOT NULL,
+  updated_at          INTEGER NOT NULL,
+  finished_at         INTEGER,
+  attempt_count       INTEGER NOT NULL DEFAULT 0 CHECK (attempt_count >= 0),
+  max_attempts        INTEGER NOT NULL CHECK (max_attempts >= 1),
+  backoff_json        TEXT NOT NULL,
+  timeout_ms          INTEGER NOT NULL,
+  next_check_at       INTEGER,
+  lookup_failures     INTEGER NOT NULL DEFAULT 0,
+  result_json         TEXT,
+  error_json          TEXT,
+  CHECK (state <> 'UNKNOWN' OR next_check_at IS NOT NULL)
+) STRICT;
+CREATE INDEX jobs_claim ON jobs (queue, priority DESC, run_at, id) WHERE state = 'QUEUED';
+CREATE INDEX jobs_reconcile ON jobs (next_check_at) WHERE state = 'UNKNOWN';
+CREATE INDEX jobs_state ON jobs (state, queue);
+
+CREATE TABLE attempts (
+  job_id                   TEXT NOT NULL REFERENCES jobs (id),
+  attempt_no               INTEGER NOT NULL CHECK (attempt_no >= 1),
+  request_key              TEXT NOT NULL,
+  request_fingerprint      TEXT NOT NULL,
+  state                    TEXT NOT NULL CHECK (state IN (${ATTEMPT_STATES})),
+  owner_id                 TEXT NOT NULL,
+  lease_token              TEXT NOT NULL,
+  leased_at                INTEGER NOT NULL,
+  lease_expires_at         INTEGER NOT NULL,
+  dispatched_at            INTEGER,
+  finished_at              INTEGER,
+  result_json              TEXT,
+  error_json               TEXT,
+  reason                   TEXT,
+  resolution               TEXT CHECK (resolution IN ('succeeded','failed','not_found','retry')),
+  resolution_source        TEXT,
+  resolution_evidence_json TEXT,
+  resolved_at              INTEGER,
+  PRIMARY KEY (job_id, attempt_no),
+  -- invariant 5: UNKNOWN is a marker without an outcome
+  CHECK (state <> 'UNKNOWN' OR dispatched_at IS NOT NULL),
+  CHECK (resolution IS NULL OR state = 'UNKNOWN')
+) STRICT;
+-- invariant 2: at most one live attempt per job
+CREATE UNIQUE INDEX attempts_one_lease ON attempts (job_id) WHERE state = 'LEASED';
+CREATE INDEX attempts_expiry ON attempts (lease_expires_at) WHERE state = 'LEASED';
+
+CREATE TABLE events (
+  id                  INTEGER PRIMARY KEY AUTOINCREMENT,
+  job_id              TEXT NOT NULL,
+  attempt_no          INTEGER,
+  request_fingerprint TEXT NOT NULL,
+  kind                TEXT NOT NULL,
+  from_state          TEXT,
+  to_state            TEXT,
+  actor               TEXT NOT NULL,
+  detail_json         TEXT,
+  at                  INTEGER NOT NULL
+) STRICT;
+CREATE INDEX events_job ON events (job_id, id);
+-- invariant 8: events are append-only
+CREATE TRIGGER events_no_update BEFORE UPDATE ON events BEGIN SELECT RAISE(ABORT, 'reckon events are append-only'); END;
+CREATE TRIGGER events_no_delete BEFORE DELETE ON events BEGIN SELECT RAISE(ABORT, 'reckon events are append-only'); END;
+`,
+  },
+];
+
+export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

@@ -1,0 +1,270 @@
+/**
+ * The Store interface: everything the runtime needs from a journal, and nothing more.
+ *
+ * Internal contract (it may change between minor versions; users call `openQueue`). Rules:
+ *  - Methods are noun-first and take one params object; the write paths are batch-shaped
+ *    (arrays in, one result per element out) so that a store can group-commit them.
+ *  - A method that resolves has made its writes durable.
+ *  - Every write by a lease holder is fenced on the attempt's state and lease token. A fenced
+ *    write that does not apply reports `false` (or `ok: false`); it never throws for that.
+ *  - Time is the store's clock, in milliseconds since the epoch. Callers pass durations
+ *    (`leaseMs`, `delayMs`), never absolute times read from their own clock.
+ *  - Nothing above the store sees a driver type.
+ */
+import type { ErrorInfo } from '../core/errors.js';
+import type { Json } from '../core/json.js';
+import type { BackoffPolicy } from '../core/retry.js';
+import type { AttemptState, JobState, Resolution } from '../core/states.js';
+
+export interface JobRecord {
+  id: string;
+  queue: string;
+  operation: string;
+  input: Json;
+  requestKey: string;
+  fingerprint: string;
+  runId: string | null;
+  stepId: string | null;
+  state: JobState;
+  priority: number;
+  runAt: number;
+  createdAt: number;
+  updatedAt: number;
+  finishedAt: number | null;
+  /** The number of the latest attempt (0 before the first claim). */
+  attemptCount: number;
+  maxAttempts: number;
+  backoff: BackoffPolicy;
+  timeoutMs: number;
+  /** UNKNOWN jobs: when reconciliation may next look. */
+  nextCheckAt: number | null;
+  lookupFailures: number;
+  result: Json | null;
+  error: ErrorInfo | null;
+}
+
+export interface AttemptRecord {
+  jobId: string;
+  attemptNo: number;
+  requestKey: string;
+  fingerprint: string;
+  state: AttemptState;
+  ownerId: string;
+  leaseToken: string;
+  leasedAt: number;
+  leaseExpiresAt: number;
+  dispatchedAt: number | null;
+  finishedAt: number | null;
+  result: Json | null;
+  error: ErrorInfo | null;
+  /** Why the attempt ended as it did, e.g. `lease-expired-before-dispatch`. */
+  reason: string | null;
+  resolution: Resolution | null;
+  resolutionSource: string | null;
+  resolutionEvidence: Json | null;
+  resolvedAt: number | null;
+}
+
+export interface EventRecord {
+  id: number;
+  jobId: string;
+  attemptNo: number | null;
+  fingerprint: string;
+  kind: string;
+  fromState: string | null;
+  toState: string | null;
+  actor: string;
+  detail: Json | null;
+  at: number;
+}
+
+export interface JobDetail {
+  job: JobRecord;
+  attempts: AttemptRecord[];
+  events: EventRecord[];
+}
+
+export interface JobInsert {
+  id: string;
+  queue: string;
+  operation: string;
+  /** Validated JSON text of the input. */
+  inputJson: string;
+  requestKey: string;
+  fingerprint: string;
+  runId: string | null;
+  stepId: string | null;
+  priority: number;
+  /** Run no earlier than this many ms from now (store clock); 0 = now. */
+  delayMs: number;
+  /** Absolute run time, when the caller gave one; wins over delayMs. */
+  runAt: number | null;
+  maxAttempts: number;
+  backoff: BackoffPolicy;
+  timeoutMs: number;
+}
+
+export type JobInsertResult = { job: JobRecord; created: true } | { job: JobRecord; created: false };
+
+export interface LeaseRef {
+  jobId: string;
+  attemptNo: number;
+  leaseToken: string;
+}
+
+export interface ClaimedAttempt {
+  job: JobRecord;
+  attempt: AttemptRecord;
+}
+
+export type DispatchMarkResult =
+  | { ok: true; dispatchedAt: number; leaseExpiresAt: number }
+  | { ok: false; reason: 'lease-expired' | 'lease-lost' };
+
+export interface HeartbeatResult {
+  lease: LeaseRef;
+  ok: boolean;
+  leaseExpiresAt: number | null;
+}
+
+/** The job side of a write: which state it moves to, and when it runs or is checked next. */
+export interface JobNext {
+  to: JobState;
+  /** QUEUED: run_at = now + delayMs. */
+  delayMs?: number;
+  /** UNKNOWN: next_check_at = dispatched_at + this (the lookup waits for timeout + grace). */
+  checkAfterDispatchMs?: number;
+}
+
+export interface AttemptFinish {
+  lease: LeaseRef;
+  state: Exclude<AttemptState, 'LEASED'>;
+  reason: string | null;
+  resultJson: string | null;
+  error: ErrorInfo | null;
+  job: JobNext;
+  actor: string;
+}
+
+export interface ExpiredAttempt {
+  job: JobRecord;
+  attempt: AttemptRecord;
+}
+
+export interface AttemptExpire {
+  lease: LeaseRef;
+  /** FAILED_BEFORE_SEND without a marker (invariant 4), UNKNOWN with one (invariant 5). */
+  state: 'FAILED_BEFORE_SEND' | 'UNKNOWN';
+  reason: string;
+  job: JobNext;
+  actor: string;
+}
+
+export interface JobTransition {
+  jobId: string;
+  from: JobState;
+  to: JobState;
+  /** Fence against ABA: the job's latest attempt must still be this one. */
+  expectAttemptNo: number;
+  delayMs?: number;
+  /** UNKNOWN: next_check_at = now + this. */
+  recheckDelayMs?: number;
+  lookupFailures?: number;
+  /** Adds a resolution to the job's UNKNOWN attempt `expectAttemptNo` (must have none yet). */
+  resolution?: { kind: Resolution; source: string; evidence: unknown };
+  resultJson?: string | null;
+  error?: ErrorInfo | null;
+  event: { kind: string; actor: string; detail?: Record<string, unknown> };
+}
+
+export interface EventInsert {
+  jobId: string;
+  attemptNo: number | null;
+  kind: string;
+  actor: string;
+  fromState?: string | null;
+  toState?: string | null;
+  detail?: Record<string, unknown>;
+}
+
+export interface JobListParams {
+  states?: JobState[];
+  queue?: string;
+  operation?: string;
+  limit: number;
+  /** Keyset pagination: jobs created before this id (ids sort by creation). */
+  beforeId?: string;
+}
+
+export type JobCancelResult = { cancelled: true; job: JobRecord } | { cancelled: false; job: JobRecord; why: string };
+
+export interface QueueStats {
+  queue: string;
+  counts: Record<JobState, number>;
+  /** The run_at of the oldest due QUEUED job, or null. */
+  oldestDueAt: number | null;
+}
+
+export interface StoreStats {
+  now: number;
+  queues: QueueStats[];
+  /** UNKNOWN and NEEDS_REVIEW by operation. */
+  byOperation: { operation: string; unknown: number; needsReview: number }[];
+  /** Attempts still LEASED whose lease has expired (not yet reclaimed). */
+  expiredLeases: number;
+}
+
+export interface StoreCapabilities {
+  /** Whose clock judges leases. */
+  readonly clock: 'host' | 'database';
+  /** Several processes on several hosts may share the store. */
+  readonly multiHost: boolean;
+  /** The store can wake workers in other processes when work arrives. */
+  readonly crossProcessNotify: boolean;
+}
+
+export interface Store {
+  readonly kind: 'sqlite' | 'postgres';
+  /** Where the store is, for messages (never with a password). */
+  readonly location: string;
+  readonly capabilities: StoreCapabilities;
+
+  /** Opens, checks and migrates. Typed errors: StoreCorrupt, StoreReadOnly, SchemaTooNew, StoreUnavailable. */
+  init(): Promise<void>;
+  close(): Promise<void>;
+  clockNow(): Promise<number>;
+  schemaVersion(): Promise<number>;
+
+  /** Atomic batch: every job is inserted or deduplicated, or (RequestKeyConflict) none is. */
+  jobInsertMany(p: { jobs: JobInsert[]; actor: string }): Promise<JobInsertResult[]>;
+  jobGet(p: { id: string }): Promise<JobDetail | null>;
+  jobList(p: JobListParams): Promise<JobRecord[]>;
+  /** A conditional transition (job state and latest attempt both as expected); false if it did not apply. */
+  jobTransition(p: JobTransition): Promise<boolean>;
+  /** Cancels a QUEUED job, or a LEASED one whose attempt has no dispatch marker (fencing its worker). */
+  jobCancel(p: { id: string; actor: string; reason: string }): Promise<JobCancelResult | null>;
+  /** Takes UNKNOWN jobs due for reconciliation, holding them `holdMs` so that others skip them. */
+  jobReconcileClaimMany(p: { operations: string[]; limit: number; holdMs: number }): Promise<ClaimedAttempt[]>;
+
+  /** Claims due QUEUED jobs: a new LEASED attempt each, with a fresh token and expiry on the store's clock. */
+  attemptClaimMany(p: {
+    ownerId: string;
+    queues: string[];
+    operations: string[];
+    limit: number;
+    leaseMs: number;
+  }): Promise<ClaimedAttempt[]>;
+  /** Invariant 3: sets dispatched_at, fenced on token, state LEASED and the lease being unexpired. */
+  attemptDispatchMany(p: { leases: LeaseRef[] }): Promise<DispatchMarkResult[]>;
+  /** Extends unexpired leases to now + leaseMs; reports each one that could not be extended. */
+  attemptHeartbeatMany(p: { leases: LeaseRef[]; leaseMs: number }): Promise<HeartbeatResult[]>;
+  /** Records outcomes, fenced on token and state LEASED; false for a worker that was fenced out. */
+  attemptFinishMany(p: { finishes: AttemptFinish[] }): Promise<boolean[]>;
+  /** LEASED attempts whose lease_expires_at + skewMs has passed. */
+  attemptExpiredList(p: { skewMs: number; limit: number }): Promise<ExpiredAttempt[]>;
+  /** Ends expired attempts, each only if still LEASED with that token and still expired by skewMs. */
+  attemptExpireMany(p: { expiries: AttemptExpire[]; skewMs: number }): Promise<boolean[]>;
+
+  eventAppendMany(p: { events: EventInsert[] }): Promise<void>;
+  statsGet(): Promise<StoreStats>;
+}
