@@ -20,8 +20,22 @@ export async function openQueue(options: OpenQueueOptions = {}): Promise<Queue> 
   return new Queue(store, options);
 }
 
-export { defineOperation, isOperation, DEFAULT_RECONCILE, DEFAULT_TIMEOUT_MS } from './core/operation.js';
-export type { Operation, OperationSpec, OperationContext, LookupContext, LookupResult, Classification, ReconcilePolicy, Logger } from './core/operation.js';
+export {
+  defineOperation,
+  isOperation,
+  DEFAULT_RECONCILE,
+  DEFAULT_TIMEOUT_MS,
+} from './core/operation.js';
+export type {
+  Operation,
+  OperationSpec,
+  OperationContext,
+  LookupContext,
+  LookupResult,
+  Classification,
+  ReconcilePolicy,
+  Logger,
+} from './core/operation.js';
 export {
   ReckonError,
   DefiniteFailure,
@@ -54,5 +68,12 @@ export type { ResolveOptions, ReviewDecision } from './runtime/review.js';
 export { Faults, FAULT_POINTS, InjectedFault, parseFaults } from './runtime/faults.js';
 export type { FaultPoint, FaultAction, FaultSpec } from './runtime/faults.js';
 export { createStore, DEFAULT_STORE_URL } from './store/open.js';
-export type { Store, JobRecord, AttemptRecord, EventRecord, JobDetail, StoreStats } from './store/store.js';
+export type {
+  Store,
+  JobRecord,
+  AttemptRecord,
+  EventRecord,
+  JobDetail,
+  StoreStats,
+} from './store/store.js';
 export { createLogger } from './observe/logger.js';

@@ -25,7 +25,11 @@ export type AttemptOutcome =
   | { state: 'UNKNOWN' };
 
 /** After an attempt ended (or its lease expired), what the job needs next. */
-export function decideAfterAttempt(outcome: AttemptOutcome, attemptNo: number, policy: JobPolicy): NextJob {
+export function decideAfterAttempt(
+  outcome: AttemptOutcome,
+  attemptNo: number,
+  policy: JobPolicy,
+): NextJob {
   switch (outcome.state) {
     case 'SUCCEEDED':
       return { to: 'SUCCEEDED' };
@@ -40,7 +44,10 @@ export function decideAfterAttempt(outcome: AttemptOutcome, attemptNo: number, p
 
 function retryOr(exhausted: JobState, attemptNo: number, policy: JobPolicy): NextJob {
   if (attemptNo >= policy.maxAttempts) return { to: exhausted };
-  return { to: 'QUEUED', delayMs: backoffDelayMs(policy.backoff, attemptNo + 1, policy.jitterSeed) };
+  return {
+    to: 'QUEUED',
+    delayMs: backoffDelayMs(policy.backoff, attemptNo + 1, policy.jitterSeed),
+  };
 }
 
 export type LookupVerdict =
@@ -90,7 +97,10 @@ export function decideSameKeyRetry(attemptNo: number, policy: JobPolicy): Reconc
   if (attemptNo >= policy.maxAttempts) return { next: { to: 'NEEDS_REVIEW' } };
   return {
     resolution: 'retry',
-    next: { to: 'QUEUED', delayMs: backoffDelayMs(policy.backoff, attemptNo + 1, policy.jitterSeed) },
+    next: {
+      to: 'QUEUED',
+      delayMs: backoffDelayMs(policy.backoff, attemptNo + 1, policy.jitterSeed),
+    },
   };
 }
 

@@ -18,7 +18,10 @@ export class ReckonError extends Error {
 export class DefiniteFailure extends Error {
   readonly retryable: boolean;
   readonly details: unknown;
-  constructor(message: string, options: { retryable?: boolean; details?: unknown; cause?: unknown } = {}) {
+  constructor(
+    message: string,
+    options: { retryable?: boolean; details?: unknown; cause?: unknown } = {},
+  ) {
     super(message, { cause: options.cause });
     this.name = 'DefiniteFailure';
     this.retryable = options.retryable ?? false;
@@ -95,13 +98,21 @@ export class StoreError extends ReckonError {}
 
 export class StoreCorrupt extends StoreError {
   constructor(location: string, cause: unknown) {
-    super('STORE_CORRUPT', `the store at ${location} is not a readable reckon database (corrupt, or not a database): ${errorMessage(cause)}`, { cause });
+    super(
+      'STORE_CORRUPT',
+      `the store at ${location} is not a readable reckon database (corrupt, or not a database): ${errorMessage(cause)}`,
+      { cause },
+    );
   }
 }
 
 export class StoreReadOnly extends StoreError {
   constructor(location: string, cause: unknown) {
-    super('STORE_READ_ONLY', `the store at ${location} cannot be written (read-only file or directory): ${errorMessage(cause)}`, { cause });
+    super(
+      'STORE_READ_ONLY',
+      `the store at ${location} cannot be written (read-only file or directory): ${errorMessage(cause)}`,
+      { cause },
+    );
   }
 }
 
@@ -126,7 +137,10 @@ export class StoreUnavailable extends StoreError {
 
 export class InvalidStoreUrl extends ReckonError {
   constructor(url: string) {
-    super('INVALID_STORE_URL', `cannot open store ${JSON.stringify(url)}: use sqlite:<path>, sqlite::memory:, or postgres://…`);
+    super(
+      'INVALID_STORE_URL',
+      `cannot open store ${JSON.stringify(url)}: use sqlite:<path>, sqlite::memory:, or postgres://…`,
+    );
   }
 }
 
@@ -171,7 +185,12 @@ export interface ErrorInfo {
 
 export function toErrorInfo(err: unknown): ErrorInfo {
   if (err instanceof DefiniteFailure) {
-    return { name: err.name, message: err.message, retryable: err.retryable, details: safeDetails(err.details) };
+    return {
+      name: err.name,
+      message: err.message,
+      retryable: err.retryable,
+      details: safeDetails(err.details),
+    };
   }
   if (err instanceof Error) {
     const code = (err as { code?: unknown }).code;

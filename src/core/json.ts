@@ -10,7 +10,8 @@ export type Json = null | boolean | number | string | Json[] | { [key: string]: 
 
 /** Throws `InvalidInput` naming the path of the first value that is not plain JSON data. */
 export function assertJson(value: unknown, what = 'payload'): asserts value is Json {
-  if (value === undefined) throw new InvalidInput(`${what} is undefined; pass null or an object`, '$');
+  if (value === undefined)
+    throw new InvalidInput(`${what} is undefined; pass null or an object`, '$');
   walk(value, '$', new Set(), what);
 }
 
@@ -20,12 +21,19 @@ function walk(value: unknown, path: string, seen: Set<object>, what: string): vo
     case 'boolean':
       return;
     case 'number':
-      if (!Number.isFinite(value)) throw new InvalidInput(`${what} has a non-finite number (${value}) at ${path}`, path);
+      if (!Number.isFinite(value))
+        throw new InvalidInput(`${what} has a non-finite number (${value}) at ${path}`, path);
       return;
     case 'bigint':
-      throw new InvalidInput(`${what} has a BigInt at ${path}; JSON has no BigInt: pass it as a string`, path);
+      throw new InvalidInput(
+        `${what} has a BigInt at ${path}; JSON has no BigInt: pass it as a string`,
+        path,
+      );
     case 'function':
-      throw new InvalidInput(`${what} has a function at ${path}; only JSON data can be journaled`, path);
+      throw new InvalidInput(
+        `${what} has a function at ${path}; only JSON data can be journaled`,
+        path,
+      );
     case 'symbol':
       throw new InvalidInput(`${what} has a symbol at ${path}`, path);
     case 'undefined':
@@ -34,7 +42,7 @@ function walk(value: unknown, path: string, seen: Set<object>, what: string): vo
       break;
   }
   if (value === null) return;
-  const obj = value as object;
+  const obj = value;
   if (seen.has(obj)) throw new InvalidInput(`${what} has a cycle at ${path}`, path);
   seen.add(obj);
   if (Array.isArray(obj)) {
@@ -95,7 +103,7 @@ export function encodeResult(value: unknown): string | null {
   } catch {
     // A result that is not plain JSON is still evidence: keep its best-effort rendering.
     try {
-      return JSON.stringify({ unserializable: String(value) });
+      return JSON.stringify({ unserializable: Object.prototype.toString.call(value) });
     } catch {
       return JSON.stringify({ unserializable: true });
     }

@@ -100,22 +100,31 @@ export const DEFAULT_TIMEOUT_MS = 30_000;
 const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$/;
 
 export function defineOperation<I, R>(spec: OperationSpec<I, R>): Operation<I, R> {
-  if (typeof spec !== 'object' || spec === null) throw new InvalidInput('defineOperation needs a spec object');
+  if (typeof spec !== 'object' || spec === null)
+    throw new InvalidInput('defineOperation needs a spec object');
   if (typeof spec.name !== 'string' || !NAME_RE.test(spec.name)) {
     throw new InvalidInput(
       `operation name ${JSON.stringify(spec.name)} is invalid: 1-128 characters of letters, digits, . _ : / -, starting with a letter or digit`,
     );
   }
   const where = `operation ${spec.name}`;
-  if (typeof spec.execute !== 'function') throw new InvalidInput(`${where}: execute must be a function`);
-  if (spec.lookup !== undefined && typeof spec.lookup !== 'function') throw new InvalidInput(`${where}: lookup must be a function`);
+  if (typeof spec.execute !== 'function')
+    throw new InvalidInput(`${where}: execute must be a function`);
+  if (spec.lookup !== undefined && typeof spec.lookup !== 'function')
+    throw new InvalidInput(`${where}: lookup must be a function`);
   const timeoutMs = spec.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   if (!Number.isInteger(timeoutMs) || timeoutMs < 1 || timeoutMs > 24 * 3600_000) {
     throw new InvalidInput(`${where}: timeoutMs must be an integer from 1 to 86400000`);
   }
   const reconcile = { ...DEFAULT_RECONCILE, ...(spec.reconcile ?? {}) };
-  if (!(reconcile.graceMs >= 0) || !(reconcile.maxLookups >= 1) || !(reconcile.lookupBackoffMs >= 0)) {
-    throw new InvalidInput(`${where}: reconcile needs graceMs >= 0, maxLookups >= 1, lookupBackoffMs >= 0`);
+  if (
+    !(reconcile.graceMs >= 0) ||
+    !(reconcile.maxLookups >= 1) ||
+    !(reconcile.lookupBackoffMs >= 0)
+  ) {
+    throw new InvalidInput(
+      `${where}: reconcile needs graceMs >= 0, maxLookups >= 1, lookupBackoffMs >= 0`,
+    );
   }
   const idempotentWithKey = spec.idempotentWithKey ?? false;
   return Object.freeze({
@@ -131,5 +140,13 @@ export function defineOperation<I, R>(spec: OperationSpec<I, R>): Operation<I, R
 }
 
 export function isOperation(value: unknown): value is Operation {
-  return typeof value === 'object' && value !== null && (value as { __reckonOperation?: unknown }).__reckonOperation === true;
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    (value as { __reckonOperation?: unknown }).__reckonOperation === true
+  );
 }
+
+/** Any operation, whatever its input and result types (inputs are contravariant, so not `unknown`). */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type AnyOperation = Operation<any, any>;

@@ -23,14 +23,27 @@ export const DEFAULT_RETRY: RetryPolicy = {
   backoff: { initialMs: 1_000, factor: 2, maxMs: 60_000 },
 };
 
-export function normalizeRetry(input: Partial<RetryPolicy> | undefined, where: string): RetryPolicy {
+export function normalizeRetry(
+  input: Partial<RetryPolicy> | undefined,
+  where: string,
+): RetryPolicy {
   const backoff = { ...DEFAULT_RETRY.backoff, ...(input?.backoff ?? {}) };
   const policy = { maxAttempts: input?.maxAttempts ?? DEFAULT_RETRY.maxAttempts, backoff };
-  if (!Number.isInteger(policy.maxAttempts) || policy.maxAttempts < 1 || policy.maxAttempts > 1000) {
+  if (
+    !Number.isInteger(policy.maxAttempts) ||
+    policy.maxAttempts < 1 ||
+    policy.maxAttempts > 1000
+  ) {
     throw new InvalidInput(`${where}: retry.maxAttempts must be an integer from 1 to 1000`);
   }
-  if (!(backoff.initialMs >= 0) || !(backoff.factor >= 1) || !(backoff.maxMs >= backoff.initialMs)) {
-    throw new InvalidInput(`${where}: retry.backoff needs initialMs >= 0, factor >= 1 and maxMs >= initialMs`);
+  if (
+    !(backoff.initialMs >= 0) ||
+    !(backoff.factor >= 1) ||
+    !(backoff.maxMs >= backoff.initialMs)
+  ) {
+    throw new InvalidInput(
+      `${where}: retry.backoff needs initialMs >= 0, factor >= 1 and maxMs >= initialMs`,
+    );
   }
   return policy;
 }
@@ -39,7 +52,11 @@ export function normalizeRetry(input: Partial<RetryPolicy> | undefined, where: s
  * Delay before attempt `nextAttemptNo` (2 for the first retry). Full jitter would make tests
  * replay differently, so the jitter is derived from a seed (job id) the caller passes.
  */
-export function backoffDelayMs(policy: BackoffPolicy, nextAttemptNo: number, jitterSeed = 0): number {
+export function backoffDelayMs(
+  policy: BackoffPolicy,
+  nextAttemptNo: number,
+  jitterSeed = 0,
+): number {
   const exponent = Math.max(0, nextAttemptNo - 2);
   const base = Math.min(policy.maxMs, policy.initialMs * policy.factor ** exponent);
   // ±10% deterministic jitter so that a burst of failures does not retry in lockstep.

@@ -75,5 +75,7 @@ export function isJobState(value: unknown): value is JobState {
 
 /** For docs and `reckon jobs --help`: the table as text, one line per state. */
 export function describeJobTransitions(): string {
-  return JOB_STATES.map((s) => `${s} -> ${JOB_TRANSITIONS[s].join(', ') || '(terminal)'}`).join('\n');
+  return JOB_STATES.map((s) => `${s} -> ${JOB_TRANSITIONS[s].join(', ') || '(terminal)'}`).join(
+    '\n',
+  );
 }

@@ -5,7 +5,20 @@
 import { pino, type DestinationStream } from 'pino';
 import type { Logger } from '../core/operation.js';
 
-const SECRET_KEYS = ['password', 'passwd', 'secret', 'token', 'apiKey', 'api_key', 'authorization', 'cookie', 'accessToken', 'refreshToken', 'privateKey', 'cardNumber'];
+const SECRET_KEYS = [
+  'password',
+  'passwd',
+  'secret',
+  'token',
+  'apiKey',
+  'api_key',
+  'authorization',
+  'cookie',
+  'accessToken',
+  'refreshToken',
+  'privateKey',
+  'cardNumber',
+];
 
 export const REDACT_PATHS = SECRET_KEYS.flatMap((k) => [k, `*.${k}`, `*.*.${k}`]);
 

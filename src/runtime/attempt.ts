@@ -5,15 +5,27 @@
  */
 import { performance } from 'node:perf_hooks';
 import { decideAfterAttempt, type AttemptOutcome } from '../core/decide.js';
-import { DefiniteFailure, LeaseLost, ReckonError, toErrorInfo, type ErrorInfo } from '../core/errors.js';
+import {
+  DefiniteFailure,
+  LeaseLost,
+  ReckonError,
+  toErrorInfo,
+  type ErrorInfo,
+} from '../core/errors.js';
 import { encodeResult } from '../core/json.js';
-import type { Logger, Operation, OperationContext } from '../core/operation.js';
+import type { Logger, OperationContext, AnyOperation } from '../core/operation.js';
 import { seedOf } from '../core/retry.js';
 import type { AttemptFinish, ClaimedAttempt, LeaseRef, Store } from '../store/store.js';
 import type { Faults } from './faults.js';
 
 export type AttemptEnd =
-  | { kind: 'finished'; outcome: AttemptOutcome; jobState: string; result?: unknown; error?: ErrorInfo }
+  | {
+      kind: 'finished';
+      outcome: AttemptOutcome;
+      jobState: string;
+      result?: unknown;
+      error?: ErrorInfo;
+    }
   | { kind: 'fenced'; outcome: AttemptOutcome; result?: unknown; error?: ErrorInfo };
 
 export interface AttemptHost {
@@ -24,7 +36,12 @@ export interface AttemptHost {
   readonly leaseMs: number;
   readonly safetyMarginMs: number;
   /** Called with the fenced-out outcome, to keep it as evidence (and maybe resolve UNKNOWN). */
-  lateEvidence(claimed: ClaimedAttempt, outcome: AttemptOutcome, result: unknown, error: ErrorInfo | undefined): Promise<void>;
+  lateEvidence(
+    claimed: ClaimedAttempt,
+    outcome: AttemptOutcome,
+    result: unknown,
+    error: ErrorInfo | undefined,
+  ): Promise<void>;
 }
 
 /** Thrown inside dispatch when the marker could not be committed: nothing was sent. */
@@ -40,7 +57,13 @@ class AttemptTimeout extends ReckonError {
   }
 }
 
-const NOT_SENT_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH']);
+const NOT_SENT_CODES = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+]);
 
 export class AttemptRun {
   readonly lease: LeaseRef;
@@ -56,7 +79,7 @@ export class AttemptRun {
   constructor(
     private readonly host: AttemptHost,
     readonly claimed: ClaimedAttempt,
-    private readonly op: Operation<any, any>,
+    private readonly op: AnyOperation,
     claimSentAt: number,
   ) {
     const { job, attempt } = claimed;
@@ -74,7 +97,14 @@ export class AttemptRun {
 
   private fields(o: object): object {
     const { job, attempt } = this.claimed;
-    return { jobId: job.id, attemptNo: attempt.attemptNo, fingerprint: job.fingerprint, operation: job.operation, state: this.dispatchState === 'marked' ? 'DISPATCHED' : 'LEASED', ...o };
+    return {
+      jobId: job.id,
+      attemptNo: attempt.attemptNo,
+      fingerprint: job.fingerprint,
+      operation: job.operation,
+      state: this.dispatchState === 'marked' ? 'DISPATCHED' : 'LEASED',
+      ...o,
+    };
   }
 
   get dispatched(): boolean {
@@ -101,22 +131,32 @@ export class AttemptRun {
   }
 
   private leaseUsable(): boolean {
-    return !this.controller.signal.aborted && performance.now() < this.localDeadline - this.host.safetyMarginMs;
+    return (
+      !this.controller.signal.aborted &&
+      performance.now() < this.localDeadline - this.host.safetyMarginMs
+    );
   }
 
   private armWatchdog(): void {
     clearTimeout(this.watchdog);
     const ms = this.localDeadline - this.host.safetyMarginMs - performance.now();
-    this.watchdog = setTimeout(() => {
-      if (!this.leaseUsable() && !this.finished) this.lost('not renewed before the safety margin');
-    }, Math.max(0, ms));
+    this.watchdog = setTimeout(
+      () => {
+        if (!this.leaseUsable() && !this.finished)
+          this.lost('not renewed before the safety margin');
+      },
+      Math.max(0, ms),
+    );
     this.watchdog.unref();
   }
 
   /** Runs the operation and records the outcome. Never rejects. */
   async run(): Promise<AttemptEnd> {
     const { job, attempt } = this.claimed;
-    const timeout = setTimeout(() => this.abort(new AttemptTimeout(this.op.timeoutMs)), this.op.timeoutMs);
+    const timeout = setTimeout(
+      () => this.abort(new AttemptTimeout(this.op.timeoutMs)),
+      this.op.timeoutMs,
+    );
     timeout.unref();
     let result: unknown;
     let failure: unknown;
@@ -158,10 +198,18 @@ export class AttemptRun {
   }
 
   private abandonedEnd: AttemptEnd | undefined;
-  private afterAbandoned(outcome: AttemptOutcome, result: unknown, error: ErrorInfo | undefined): void {
+  private afterAbandoned(
+    outcome: AttemptOutcome,
+    result: unknown,
+    error: ErrorInfo | undefined,
+  ): void {
     if (!this.finished || this.abandonedEnd) return;
     this.abandonedEnd = { kind: 'fenced', outcome, result, error };
-    this.host.lateEvidence(this.claimed, outcome, result, error).catch((err: unknown) => this.log.error({ err: toErrorInfo(err) }, 'late evidence not recorded'));
+    this.host
+      .lateEvidence(this.claimed, outcome, result, error)
+      .catch((err: unknown) =>
+        this.log.error({ err: toErrorInfo(err) }, 'late evidence not recorded'),
+      );
   }
 
   private context(): OperationContext {
@@ -180,11 +228,18 @@ export class AttemptRun {
   }
 
   private async dispatch<T>(fn: () => Promise<T>): Promise<T> {
-    if (this.dispatchState !== 'none') throw new NotDispatched('ctx.dispatch() may be called once per attempt: one side effect per operation');
-    if (typeof fn !== 'function') throw new NotDispatched('ctx.dispatch() takes a function that performs the side effect');
+    if (this.dispatchState !== 'none')
+      throw new NotDispatched(
+        'ctx.dispatch() may be called once per attempt: one side effect per operation',
+      );
+    if (typeof fn !== 'function')
+      throw new NotDispatched('ctx.dispatch() takes a function that performs the side effect');
     if (!this.leaseUsable()) {
       this.dispatchState = 'refused';
-      throw new NotDispatched('the lease cannot be proven (expired locally, lost, or timed out); dispatch refused', this.controller.signal.reason);
+      throw new NotDispatched(
+        'the lease cannot be proven (expired locally, lost, or timed out); dispatch refused',
+        this.controller.signal.reason,
+      );
     }
     this.host.faults.hit('lease-expired-while-alive', this.lease);
     this.dispatchState = 'marking';
@@ -200,7 +255,9 @@ export class AttemptRun {
     if (!mark?.ok) {
       this.dispatchState = 'refused';
       this.lost(`store refused the dispatch marker: ${mark?.reason ?? 'no answer'}`);
-      throw new NotDispatched(`the store refused the dispatch marker (${mark?.reason ?? 'no answer'}); nothing was sent`);
+      throw new NotDispatched(
+        `the store refused the dispatch marker (${mark?.reason ?? 'no answer'}); nothing was sent`,
+      );
     }
     this.dispatchState = 'marked';
     this.log.debug({}, 'dispatch marker committed');
@@ -214,31 +271,48 @@ export class AttemptRun {
   /** DESIGN §4: after dispatch started, only DefiniteFailure (or the classifier) is definitive. */
   private classify(err: unknown): AttemptOutcome {
     if (!this.dispatched) {
-      if (err instanceof DefiniteFailure) return err.retryable ? { state: 'FAILED_BEFORE_SEND' } : { state: 'FAILED', retryable: false };
+      if (err instanceof DefiniteFailure)
+        return err.retryable
+          ? { state: 'FAILED_BEFORE_SEND' }
+          : { state: 'FAILED', retryable: false };
       return { state: 'FAILED_BEFORE_SEND' };
     }
     if (err instanceof DefiniteFailure) return { state: 'FAILED', retryable: err.retryable };
     const custom = this.op.spec.classify?.(err);
     if (custom === 'definite-failure') return { state: 'FAILED', retryable: false };
     if (custom === 'retryable-failure') return { state: 'FAILED', retryable: true };
-    if (custom === 'not-sent' || (custom === undefined && provablyNotSent(err))) return { state: 'FAILED_BEFORE_SEND' };
+    if (custom === 'not-sent' || (custom === undefined && provablyNotSent(err)))
+      return { state: 'FAILED_BEFORE_SEND' };
     return { state: 'UNKNOWN' };
   }
 
   private reasonFor(outcome: AttemptOutcome, error: ErrorInfo | undefined): string | null {
     if (outcome.state === 'FAILED_BEFORE_SEND') {
       if (this.dispatched) return `not-sent: ${error?.code ?? error?.message ?? 'classifier'}`;
-      return this.dispatchState === 'refused' ? 'dispatch-refused' : `threw-before-dispatch${error ? `: ${error.message}` : ''}`;
+      return this.dispatchState === 'refused'
+        ? 'dispatch-refused'
+        : `threw-before-dispatch${error ? `: ${error.message}` : ''}`;
     }
-    if (outcome.state === 'UNKNOWN') return error?.code === 'ATTEMPT_TIMEOUT' ? 'timeout-after-dispatch' : 'no-definitive-answer';
+    if (outcome.state === 'UNKNOWN')
+      return error?.code === 'ATTEMPT_TIMEOUT' ? 'timeout-after-dispatch' : 'no-definitive-answer';
     return null;
   }
 
-  private async record(outcome: AttemptOutcome, result: unknown, error: ErrorInfo | undefined, attemptNo: number): Promise<AttemptEnd> {
+  private async record(
+    outcome: AttemptOutcome,
+    result: unknown,
+    error: ErrorInfo | undefined,
+    attemptNo: number,
+  ): Promise<AttemptEnd> {
     const { job } = this.claimed;
     // A DefiniteFailure thrown before dispatch is the operation's own verdict: FAILED_BEFORE_SEND, no retry.
-    const attemptState = outcome.state === 'FAILED' && !this.dispatched ? 'FAILED_BEFORE_SEND' : outcome.state;
-    const next = decideAfterAttempt(outcome, attemptNo, { maxAttempts: job.maxAttempts, backoff: job.backoff, jitterSeed: seedOf(job.id) });
+    const attemptState =
+      outcome.state === 'FAILED' && !this.dispatched ? 'FAILED_BEFORE_SEND' : outcome.state;
+    const next = decideAfterAttempt(outcome, attemptNo, {
+      maxAttempts: job.maxAttempts,
+      backoff: job.backoff,
+      jitterSeed: seedOf(job.id),
+    });
     const finish: AttemptFinish = {
       lease: this.lease,
       state: attemptState,
@@ -249,7 +323,12 @@ export class AttemptRun {
         to: next.to,
         ...(next.delayMs !== undefined ? { delayMs: next.delayMs } : {}),
         // Same-key and review paths need no wait; a lookup waits for timeout + grace (DESIGN §3).
-        ...(next.to === 'UNKNOWN' ? { checkAfterDispatchMs: this.op.recovery === 'lookup' ? this.op.timeoutMs + this.op.reconcile.graceMs : 0 } : {}),
+        ...(next.to === 'UNKNOWN'
+          ? {
+              checkAfterDispatchMs:
+                this.op.recovery === 'lookup' ? this.op.timeoutMs + this.op.reconcile.graceMs : 0,
+            }
+          : {}),
       },
       actor: this.host.ownerId,
     };
@@ -259,12 +338,22 @@ export class AttemptRun {
     } catch (err) {
       // The outcome could not be written; the lease will expire and the reclaimer decides from
       // the marker. Keep what we know in the log.
-      this.log.error({ err: toErrorInfo(err), outcome: attemptState }, 'outcome not recorded; recovery will reclaim this attempt');
+      this.log.error(
+        { err: toErrorInfo(err), outcome: attemptState },
+        'outcome not recorded; recovery will reclaim this attempt',
+      );
       return { kind: 'fenced', outcome, result, error };
     }
     if (!applied) {
-      this.log.warn({ outcome: attemptState }, 'fenced out: the lease was taken over; keeping the outcome as late evidence');
-      await this.host.lateEvidence(this.claimed, outcome, result, error).catch((err: unknown) => this.log.error({ err: toErrorInfo(err) }, 'late evidence not recorded'));
+      this.log.warn(
+        { outcome: attemptState },
+        'fenced out: the lease was taken over; keeping the outcome as late evidence',
+      );
+      await this.host
+        .lateEvidence(this.claimed, outcome, result, error)
+        .catch((err: unknown) =>
+          this.log.error({ err: toErrorInfo(err) }, 'late evidence not recorded'),
+        );
       return { kind: 'fenced', outcome, result, error };
     }
     this.log.info({ outcome: attemptState, jobState: next.to }, 'attempt finished');

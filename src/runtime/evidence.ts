@@ -40,23 +40,50 @@ export async function recordLateEvidence(
     job.attemptCount === attemptNo &&
     (job.state === 'UNKNOWN' || job.state === 'NEEDS_REVIEW')
   ) {
-    const next = decideAfterAttempt(outcome, attemptNo, { maxAttempts: job.maxAttempts, backoff: job.backoff, jitterSeed: seedOf(job.id) });
+    const next = decideAfterAttempt(outcome, attemptNo, {
+      maxAttempts: job.maxAttempts,
+      backoff: job.backoff,
+      jitterSeed: seedOf(job.id),
+    });
     const applied = await store.jobTransition({
       jobId: job.id,
       from: job.state,
       to: next.to,
       expectAttemptNo: attemptNo,
       ...(next.delayMs !== undefined ? { delayMs: next.delayMs } : {}),
-      resolution: { kind: outcome.state === 'SUCCEEDED' ? 'succeeded' : 'failed', source: 'late-worker', evidence },
+      resolution: {
+        kind: outcome.state === 'SUCCEEDED' ? 'succeeded' : 'failed',
+        source: 'late-worker',
+        evidence,
+      },
       ...(resultJson !== null ? { resultJson } : {}),
       ...(error && next.to === 'FAILED' ? { error } : {}),
       event: { kind: 'reconciled', actor: host.ownerId, detail: { path: 'late-worker' } },
     });
     if (applied) {
-      host.log.info({ jobId: job.id, attemptNo, fingerprint: job.fingerprint, operation: job.operation, state: next.to }, 'UNKNOWN attempt resolved by late evidence from its worker');
+      host.log.info(
+        {
+          jobId: job.id,
+          attemptNo,
+          fingerprint: job.fingerprint,
+          operation: job.operation,
+          state: next.to,
+        },
+        'UNKNOWN attempt resolved by late evidence from its worker',
+      );
       return next.to;
     }
   }
-  await store.eventAppendMany({ events: [{ jobId: claimed.job.id, attemptNo, kind: 'late-evidence', actor: host.ownerId, detail: evidence }] });
+  await store.eventAppendMany({
+    events: [
+      {
+        jobId: claimed.job.id,
+        attemptNo,
+        kind: 'late-evidence',
+        actor: host.ownerId,
+        detail: evidence,
+      },
+    ],
+  });
   return null;
 }

@@ -69,7 +69,10 @@ export class Faults {
   }
 
   arm(spec: FaultSpec): this {
-    if (!FAULT_POINTS.includes(spec.point)) throw new InvalidInput(`unknown fault point ${JSON.stringify(spec.point)}; known: ${FAULT_POINTS.join(', ')}`);
+    if (!FAULT_POINTS.includes(spec.point))
+      throw new InvalidInput(
+        `unknown fault point ${JSON.stringify(spec.point)}; known: ${FAULT_POINTS.join(', ')}`,
+      );
     const list = this.armed.get(spec.point) ?? [];
     list.push({ onHit: 1, times: 1, probability: 1, ...spec, hits: 0, fired: 0 });
     this.armed.set(spec.point, list);
@@ -130,13 +133,19 @@ export function parseFaults(text: string): FaultSpec[] {
     .filter(Boolean)
     .map((item) => {
       const m = SPEC_RE.exec(item);
-      if (!m) throw new InvalidInput(`RECKON_FAULTS: cannot read ${JSON.stringify(item)}; expected point=action[:pauseMs][@nthHit][*][%probability]`);
+      if (!m)
+        throw new InvalidInput(
+          `RECKON_FAULTS: cannot read ${JSON.stringify(item)}; expected point=action[:pauseMs][@nthHit][*][%probability]`,
+        );
       const spec: FaultSpec = { point: m[1] as FaultPoint, action: m[2] as FaultAction };
       if (m[3]) spec.pauseMs = Number(m[3]);
       if (m[4]) spec.onHit = Number(m[4]);
       if (m[5]) spec.times = Infinity;
       if (m[6]) spec.probability = Number(m[6]);
-      if (!FAULT_POINTS.includes(spec.point)) throw new InvalidInput(`RECKON_FAULTS: unknown fault point ${JSON.stringify(spec.point)}; known: ${FAULT_POINTS.join(', ')}`);
+      if (!FAULT_POINTS.includes(spec.point))
+        throw new InvalidInput(
+          `RECKON_FAULTS: unknown fault point ${JSON.stringify(spec.point)}; known: ${FAULT_POINTS.join(', ')}`,
+        );
       return spec;
     });
 }

@@ -5,7 +5,7 @@ import { EventEmitter } from 'node:events';
 import { v7 as uuidv7 } from 'uuid';
 import { InvalidInput, JobNotFound, JobStateConflict, UnknownOperation } from '../core/errors.js';
 import { encodePayload, fingerprintOf } from '../core/json.js';
-import { isOperation, type Logger, type Operation } from '../core/operation.js';
+import { isOperation, type Logger, type Operation, type AnyOperation } from '../core/operation.js';
 import type { JobState } from '../core/states.js';
 import { isJobState } from '../core/states.js';
 import type { JobDetail, JobInsert, JobRecord, Store } from '../store/store.js';
@@ -18,7 +18,7 @@ import { Worker, type WorkerOptions } from './worker.js';
 
 export interface QueueOptions {
   /** Operations known by name, for `enqueue('name', …)` and the CLI. */
-  operations?: Operation<any, any>[];
+  operations?: AnyOperation[];
   payloadBytesMax?: number;
   requestKeyLengthMax?: number;
   logger?: Logger;
@@ -62,7 +62,7 @@ export class Queue {
   readonly faults: Faults;
   /** Local wake-ups: workers of this queue pick up new work without waiting for a poll. */
   readonly notifier = new EventEmitter();
-  private readonly operations = new Map<string, Operation<any, any>>();
+  private readonly operations = new Map<string, AnyOperation>();
   private readonly payloadBytesMax: number;
   private readonly keyLengthMax: number;
   private readonly actor: string;
@@ -76,46 +76,70 @@ export class Queue {
     this.payloadBytesMax = options.payloadBytesMax ?? LIMITS.payloadBytesMax;
     this.keyLengthMax = options.requestKeyLengthMax ?? LIMITS.requestKeyLengthMax;
     this.actor = options.actor ?? 'api';
-    if (!Number.isInteger(this.payloadBytesMax) || this.payloadBytesMax < 1) throw new InvalidInput('payloadBytesMax must be a positive integer (bytes)');
+    if (!Number.isInteger(this.payloadBytesMax) || this.payloadBytesMax < 1)
+      throw new InvalidInput('payloadBytesMax must be a positive integer (bytes)');
     for (const op of options.operations ?? []) this.register(op);
     this.review = new Review(this);
     this.notifier.setMaxListeners(0);
   }
 
-  register(op: Operation<any, any>): void {
-    if (!isOperation(op)) throw new InvalidInput('register() takes an operation made by defineOperation()');
+  register(op: AnyOperation): void {
+    if (!isOperation(op))
+      throw new InvalidInput('register() takes an operation made by defineOperation()');
     const existing = this.operations.get(op.name);
-    if (existing && existing !== op) throw new InvalidInput(`two different operations are named ${op.name}`);
+    if (existing && existing !== op)
+      throw new InvalidInput(`two different operations are named ${op.name}`);
     this.operations.set(op.name, op);
   }
 
-  operation(name: string): Operation<any, any> | undefined {
+  operation(name: string): AnyOperation | undefined {
     return this.operations.get(name);
   }
 
   /** Durably enqueues one job; resolves once it survives a crash of every process (invariant 1). */
-  async enqueue<I>(op: Operation<I, any> | string, input: I, options: EnqueueOptions = {}): Promise<EnqueuedJob> {
+  async enqueue<I>(
+    op: Operation<I, unknown> | string,
+    input: I,
+    options: EnqueueOptions = {},
+  ): Promise<EnqueuedJob> {
     const [job] = await this.enqueueMany(op, [{ input, ...options }]);
     return job!;
   }
 
   /** One durable batch: all jobs are accepted, or (on a conflict or bad input) none is. */
-  async enqueueMany<I>(op: Operation<I, any> | string, items: (EnqueueOptions & { input: I })[]): Promise<EnqueuedJob[]> {
+  async enqueueMany<I>(
+    op: Operation<I, unknown> | string,
+    items: (EnqueueOptions & { input: I })[],
+  ): Promise<EnqueuedJob[]> {
     this.assertOpen();
     const operation = this.resolve(op);
-    if (!Array.isArray(items)) throw new InvalidInput('enqueueMany takes an array of { input, key?, … }');
-    if (items.length > LIMITS.enqueueBatchMax) throw new InvalidInput(`enqueueMany takes at most ${LIMITS.enqueueBatchMax} jobs per call, got ${items.length}`);
+    if (!Array.isArray(items))
+      throw new InvalidInput('enqueueMany takes an array of { input, key?, … }');
+    if (items.length > LIMITS.enqueueBatchMax)
+      throw new InvalidInput(
+        `enqueueMany takes at most ${LIMITS.enqueueBatchMax} jobs per call, got ${items.length}`,
+      );
     if (items.length === 0) return [];
-    const inserts = items.map((item, i) => this.prepare(operation, item, items.length > 1 ? `jobs[${i}]` : 'input'));
+    const inserts = items.map((item, i) =>
+      this.prepare(operation, item, items.length > 1 ? `jobs[${i}]` : 'input'),
+    );
     const keys = new Set<string>();
     for (const j of inserts) {
-      if (keys.has(j.requestKey)) throw new InvalidInput(`the batch names request key ${JSON.stringify(j.requestKey)} twice`);
+      if (keys.has(j.requestKey))
+        throw new InvalidInput(`the batch names request key ${JSON.stringify(j.requestKey)} twice`);
       keys.add(j.requestKey);
     }
     const results = await this.store.jobInsertMany({ jobs: inserts, actor: this.actor });
     for (const r of results) {
       this.log.info(
-        { jobId: r.job.id, attemptNo: r.job.attemptCount, fingerprint: r.job.fingerprint, operation: r.job.operation, state: r.job.state, deduplicated: !r.created },
+        {
+          jobId: r.job.id,
+          attemptNo: r.job.attemptCount,
+          fingerprint: r.job.fingerprint,
+          operation: r.job.operation,
+          state: r.job.state,
+          deduplicated: !r.created,
+        },
         r.created ? 'job enqueued' : 'enqueue deduplicated by request key',
       );
     }
@@ -123,26 +147,37 @@ export class Queue {
     return results.map((r) => ({ ...r.job, deduplicated: !r.created }));
   }
 
-  private resolve(op: Operation<any, any> | string): Operation<any, any> {
+  private resolve(op: AnyOperation | string): AnyOperation {
     if (typeof op === 'string') {
       const found = this.operations.get(op);
       if (!found) throw new UnknownOperation(op, [...this.operations.keys()]);
       return found;
     }
-    if (!isOperation(op)) throw new InvalidInput('enqueue takes an operation made by defineOperation(), or a registered operation name');
+    if (!isOperation(op))
+      throw new InvalidInput(
+        'enqueue takes an operation made by defineOperation(), or a registered operation name',
+      );
     const known = this.operations.get(op.name);
-    if (known && known !== op) throw new InvalidInput(`another operation named ${op.name} is registered with this queue`);
+    if (known && known !== op)
+      throw new InvalidInput(`another operation named ${op.name} is registered with this queue`);
     return op;
   }
 
-  private prepare(op: Operation<any, any>, item: EnqueueOptions & { input: unknown }, what: string): JobInsert {
-    if (typeof item !== 'object' || item === null) throw new InvalidInput(`${what}: each item is { input, key?, … }`);
+  private prepare(
+    op: AnyOperation,
+    item: EnqueueOptions & { input: unknown },
+    what: string,
+  ): JobInsert {
+    if (typeof item !== 'object' || item === null)
+      throw new InvalidInput(`${what}: each item is { input, key?, … }`);
     let input: unknown = item.input;
     if (op.spec.validate) {
       try {
         input = op.spec.validate(input);
       } catch (err) {
-        throw new InvalidInput(`${what} rejected by ${op.name}.validate: ${err instanceof Error ? err.message : String(err)}`);
+        throw new InvalidInput(
+          `${what} rejected by ${op.name}.validate: ${err instanceof Error ? err.message : String(err)}`,
+        );
       }
     }
     const inputJson = encodePayload(input, what, this.payloadBytesMax);
@@ -152,15 +187,21 @@ export class Queue {
     const id = uuidv7();
     const requestKey = this.requestKeyOf(item, id, what);
     const queue = item.queue ?? 'default';
-    if (typeof queue !== 'string' || !QUEUE_RE.test(queue)) throw new InvalidInput(`${what}: queue ${JSON.stringify(queue)} is invalid: 1-64 letters, digits, . _ : / -`);
+    if (typeof queue !== 'string' || !QUEUE_RE.test(queue))
+      throw new InvalidInput(
+        `${what}: queue ${JSON.stringify(queue)} is invalid: 1-64 letters, digits, . _ : / -`,
+      );
     const priority = item.priority ?? 0;
-    if (!Number.isInteger(priority) || priority < -1000 || priority > 1000) throw new InvalidInput(`${what}: priority must be an integer from -1000 to 1000`);
+    if (!Number.isInteger(priority) || priority < -1000 || priority > 1000)
+      throw new InvalidInput(`${what}: priority must be an integer from -1000 to 1000`);
     const delayMs = item.delayMs ?? 0;
-    if (!Number.isFinite(delayMs) || delayMs < 0) throw new InvalidInput(`${what}: delayMs must be a number >= 0`);
+    if (!Number.isFinite(delayMs) || delayMs < 0)
+      throw new InvalidInput(`${what}: delayMs must be a number >= 0`);
     let runAt: number | null = null;
     if (item.runAt !== undefined) {
       runAt = item.runAt instanceof Date ? item.runAt.getTime() : item.runAt;
-      if (typeof runAt !== 'number' || !Number.isFinite(runAt)) throw new InvalidInput(`${what}: runAt must be a Date or ms since the epoch`);
+      if (typeof runAt !== 'number' || !Number.isFinite(runAt))
+        throw new InvalidInput(`${what}: runAt must be a Date or ms since the epoch`);
     }
     return {
       id,
@@ -182,7 +223,8 @@ export class Queue {
 
   private requestKeyOf(item: EnqueueOptions, id: string, what: string): string {
     const hasRun = item.runId !== undefined || item.stepId !== undefined;
-    if (hasRun && item.key !== undefined) throw new InvalidInput(`${what}: give either key or runId+stepId, not both`);
+    if (hasRun && item.key !== undefined)
+      throw new InvalidInput(`${what}: give either key or runId+stepId, not both`);
     let key: string;
     if (hasRun) {
       this.checkKeyPart(item.runId, 'runId', what);
@@ -194,41 +236,77 @@ export class Queue {
     } else {
       key = `job:${id}`;
     }
-    if (key.length > this.keyLengthMax) throw new InvalidInput(`${what}: request key is ${key.length} characters, over the limit of ${this.keyLengthMax}`);
+    if (key.length > this.keyLengthMax)
+      throw new InvalidInput(
+        `${what}: request key is ${key.length} characters, over the limit of ${this.keyLengthMax}`,
+      );
     return key;
   }
 
   private checkKeyPart(value: unknown, name: string, what: string): void {
     if (typeof value !== 'string') throw new InvalidInput(`${what}: ${name} must be a string`);
-    if (value.length === 0) throw new InvalidInput(`${what}: ${name} is empty; a request key names one side effect`);
-    if (value.length > this.keyLengthMax) throw new InvalidInput(`${what}: ${name} is ${value.length} characters, over the limit of ${this.keyLengthMax}`);
+    if (value.length === 0)
+      throw new InvalidInput(`${what}: ${name} is empty; a request key names one side effect`);
+    if (value.length > this.keyLengthMax)
+      throw new InvalidInput(
+        `${what}: ${name} is ${value.length} characters, over the limit of ${this.keyLengthMax}`,
+      );
     // eslint-disable-next-line no-control-regex
-    if (/[\u0000-\u001f\u007f]/.test(value)) throw new InvalidInput(`${what}: ${name} contains control characters`);
+    if (/[\u0000-\u001f\u007f]/.test(value))
+      throw new InvalidInput(`${what}: ${name} contains control characters`);
   }
 
   /** The job with its attempts and events, or null. */
   async job(id: string): Promise<JobDetail | null> {
     this.assertOpen();
-    if (typeof id !== 'string' || id.length === 0) throw new InvalidInput('job id must be a non-empty string');
+    if (typeof id !== 'string' || id.length === 0)
+      throw new InvalidInput('job id must be a non-empty string');
     return this.store.jobGet({ id });
   }
 
   async jobs(query: JobsQuery = {}): Promise<JobRecord[]> {
     this.assertOpen();
-    const states = query.state === undefined ? undefined : Array.isArray(query.state) ? query.state : [query.state];
-    for (const s of states ?? []) if (!isJobState(s)) throw new InvalidInput(`unknown job state ${JSON.stringify(s)}`);
+    const states =
+      query.state === undefined
+        ? undefined
+        : Array.isArray(query.state)
+          ? query.state
+          : [query.state];
+    for (const s of states ?? [])
+      if (!isJobState(s)) throw new InvalidInput(`unknown job state ${JSON.stringify(s)}`);
     const limit = query.limit ?? 100;
-    if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) throw new InvalidInput('limit must be an integer from 1 to 10000');
-    return this.store.jobList({ states, queue: query.queue, operation: query.operation, limit, beforeId: query.beforeId });
+    if (!Number.isInteger(limit) || limit < 1 || limit > 10_000)
+      throw new InvalidInput('limit must be an integer from 1 to 10000');
+    return this.store.jobList({
+      states,
+      queue: query.queue,
+      operation: query.operation,
+      limit,
+      beforeId: query.beforeId,
+    });
   }
 
   /** Cancels a job that has not dispatched its request. */
   async cancel(id: string, options: { actor?: string; reason?: string } = {}): Promise<JobRecord> {
     this.assertOpen();
-    const r = await this.store.jobCancel({ id, actor: options.actor ?? this.actor, reason: options.reason ?? 'cancelled' });
+    const r = await this.store.jobCancel({
+      id,
+      actor: options.actor ?? this.actor,
+      reason: options.reason ?? 'cancelled',
+    });
     if (!r) throw new JobNotFound(id);
-    if (!r.cancelled) throw new JobStateConflict(`job ${id} cannot be cancelled: ${r.why}`, r.job.state);
-    this.log.info({ jobId: id, attemptNo: r.job.attemptCount, fingerprint: r.job.fingerprint, operation: r.job.operation, state: r.job.state }, 'job cancelled');
+    if (!r.cancelled)
+      throw new JobStateConflict(`job ${id} cannot be cancelled: ${r.why}`, r.job.state);
+    this.log.info(
+      {
+        jobId: id,
+        attemptNo: r.job.attemptCount,
+        fingerprint: r.job.fingerprint,
+        operation: r.job.operation,
+        state: r.job.state,
+      },
+      'job cancelled',
+    );
     return r.job;
   }
 
@@ -243,10 +321,13 @@ export class Queue {
 
   /** A reclaimer not tied to a worker, for tests (`runOnce`) and `reckon` tools. */
   reclaimer(options: { clockSkewToleranceMs?: number } = {}): Reclaimer {
-    return new Reclaimer(this, { clockSkewToleranceMs: options.clockSkewToleranceMs ?? 1_000, actor: `reclaimer:${process.pid}` });
+    return new Reclaimer(this, {
+      clockSkewToleranceMs: options.clockSkewToleranceMs ?? 1_000,
+      actor: `reclaimer:${process.pid}`,
+    });
   }
 
-  knownOperations(): Operation<any, any>[] {
+  knownOperations(): AnyOperation[] {
     return [...this.operations.values()];
   }
 

@@ -5,7 +5,7 @@
  * Every write is conditional, so two reclaimers, or one that died half-way, are safe.
  */
 import { decideAfterAttempt } from '../core/decide.js';
-import { DEFAULT_RECONCILE, type Logger, type Operation } from '../core/operation.js';
+import { DEFAULT_RECONCILE, type AnyOperation, type Logger } from '../core/operation.js';
 import { seedOf } from '../core/retry.js';
 import type { AttemptExpire, JobRecord, Store } from '../store/store.js';
 import type { Faults } from './faults.js';
@@ -15,7 +15,7 @@ interface ReclaimerHost {
   readonly store: Store;
   readonly faults: Faults;
   readonly log: Logger;
-  operation(name: string): Operation<any, any> | undefined;
+  operation(name: string): AnyOperation | undefined;
 }
 
 interface Notifier {
@@ -49,10 +49,26 @@ export class Reclaimer {
     const expiries = expired.map(({ job, attempt }): AttemptExpire => {
       const lease = { jobId: job.id, attemptNo: attempt.attemptNo, leaseToken: attempt.leaseToken };
       if (attempt.dispatchedAt === null) {
-        const next = decideAfterAttempt({ state: 'FAILED_BEFORE_SEND' }, attempt.attemptNo, policyOf(job));
-        return { lease, state: 'FAILED_BEFORE_SEND', reason: 'lease-expired-before-dispatch', job: next, actor: this.options.actor };
+        const next = decideAfterAttempt(
+          { state: 'FAILED_BEFORE_SEND' },
+          attempt.attemptNo,
+          policyOf(job),
+        );
+        return {
+          lease,
+          state: 'FAILED_BEFORE_SEND',
+          reason: 'lease-expired-before-dispatch',
+          job: next,
+          actor: this.options.actor,
+        };
       }
-      return { lease, state: 'UNKNOWN', reason: 'lease-expired-after-dispatch', job: { to: 'UNKNOWN', checkAfterDispatchMs: this.checkDelay(job) }, actor: this.options.actor };
+      return {
+        lease,
+        state: 'UNKNOWN',
+        reason: 'lease-expired-after-dispatch',
+        job: { to: 'UNKNOWN', checkAfterDispatchMs: this.checkDelay(job) },
+        actor: this.options.actor,
+      };
     });
     const applied = await store.attemptExpireMany({ expiries, skewMs });
     applied.forEach((ok, i) => {
@@ -62,10 +78,26 @@ export class Reclaimer {
       if (e.state === 'UNKNOWN') this.counts.unknown++;
       else this.counts.failedBeforeSend++;
       this.host.log.warn(
-        { jobId: job.id, attemptNo: e.lease.attemptNo, fingerprint: job.fingerprint, operation: job.operation, state: e.job.to, reason: e.reason },
-        e.state === 'UNKNOWN' ? 'lease expired after dispatch: attempt UNKNOWN' : 'lease expired before dispatch: attempt provably not sent',
+        {
+          jobId: job.id,
+          attemptNo: e.lease.attemptNo,
+          fingerprint: job.fingerprint,
+          operation: job.operation,
+          state: e.job.to,
+          reason: e.reason,
+        },
+        e.state === 'UNKNOWN'
+          ? 'lease expired after dispatch: attempt UNKNOWN'
+          : 'lease expired before dispatch: attempt provably not sent',
       );
-      const payload: JobEvent = { jobId: job.id, attemptNo: e.lease.attemptNo, operation: job.operation, requestKey: job.requestKey, input: job.input, state: e.job.to };
+      const payload: JobEvent = {
+        jobId: job.id,
+        attemptNo: e.lease.attemptNo,
+        operation: job.operation,
+        requestKey: job.requestKey,
+        input: job.input,
+        state: e.job.to,
+      };
       if (e.job.to === 'UNKNOWN') this.notifier?.notify('unknown', payload);
       else if (e.job.to === 'FAILED') this.notifier?.notify('failed', payload);
       else this.notifier?.notify('retrying', payload);

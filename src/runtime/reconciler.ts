@@ -3,10 +3,15 @@
  * with the same request key if the downstream deduplicates by it; else NEEDS_REVIEW. An
  * inconclusive lookup is retried with backoff, then escalates to NEEDS_REVIEW.
  */
-import { decideAfterLookup, decideSameKeyRetry, type LookupVerdict, type ReconcileDecision } from '../core/decide.js';
+import {
+  decideAfterLookup,
+  decideSameKeyRetry,
+  type LookupVerdict,
+  type ReconcileDecision,
+} from '../core/decide.js';
 import { toErrorInfo } from '../core/errors.js';
 import { encodeResult, type Json } from '../core/json.js';
-import type { Logger, LookupResult, Operation } from '../core/operation.js';
+import type { Logger, LookupResult, AnyOperation } from '../core/operation.js';
 import type { ClaimedAttempt, JobTransition, Store } from '../store/store.js';
 import { policyOf } from './reclaimer.js';
 import type { JobEvent } from './worker.js';
@@ -24,11 +29,11 @@ interface Notifier {
 export const RECONCILE_BATCH_MAX = 16;
 
 export class Reconciler {
-  private readonly ops: Map<string, Operation<any, any>>;
+  private readonly ops: Map<string, AnyOperation>;
 
   constructor(
     private readonly host: ReconcilerHost,
-    operations: Operation<any, any>[],
+    operations: AnyOperation[],
     private readonly notifier?: Notifier,
   ) {
     this.ops = new Map(operations.map((o) => [o.name, o]));
@@ -39,7 +44,11 @@ export class Reconciler {
     if (this.ops.size === 0) return false;
     // Hold each job long enough for its lookup to finish before another reconciler may look.
     const holdMs = Math.max(...[...this.ops.values()].map((o) => o.timeoutMs)) + 5_000;
-    const due = await this.host.store.jobReconcileClaimMany({ operations: [...this.ops.keys()], limit: RECONCILE_BATCH_MAX, holdMs });
+    const due = await this.host.store.jobReconcileClaimMany({
+      operations: [...this.ops.keys()],
+      limit: RECONCILE_BATCH_MAX,
+      holdMs,
+    });
     await Promise.all(due.map((c) => this.reconcileOne(c)));
     return due.length === RECONCILE_BATCH_MAX;
   }
@@ -51,7 +60,10 @@ export class Reconciler {
     let verdict: LookupVerdict | undefined;
     let path: string = op.recovery;
     if (op.recovery === 'lookup') {
-      verdict = await this.lookup(op, job.requestKey, job.input, { jobId: job.id, attemptNo: attempt.attemptNo });
+      verdict = await this.lookup(op, job.requestKey, job.input, {
+        jobId: job.id,
+        attemptNo: attempt.attemptNo,
+      });
       decision = decideAfterLookup(verdict, attempt.attemptNo, policy, {
         failuresSoFar: job.lookupFailures,
         max: op.reconcile.maxLookups,
@@ -74,26 +86,57 @@ export class Reconciler {
       ...(decision.next.delayMs !== undefined ? { delayMs: decision.next.delayMs } : {}),
       ...(decision.recheckDelayMs !== undefined ? { recheckDelayMs: decision.recheckDelayMs } : {}),
       ...(verdict?.kind === 'inconclusive' ? { lookupFailures: job.lookupFailures + 1 } : {}),
-      ...(decision.resolution ? { resolution: { kind: decision.resolution, source: path === 'lookup' ? 'lookup' : 'same-key-retry', evidence } } : {}),
+      ...(decision.resolution
+        ? {
+            resolution: {
+              kind: decision.resolution,
+              source: path === 'lookup' ? 'lookup' : 'same-key-retry',
+              evidence,
+            },
+          }
+        : {}),
       ...(verdict?.kind === 'succeeded' ? { resultJson: encodeResult(verdict.result) } : {}),
-      ...(verdict?.kind === 'failed' && decision.next.to === 'FAILED' ? { error: toErrorInfo(verdict.error ?? new Error('the downstream reports the request failed')) } : {}),
+      ...(verdict?.kind === 'failed' && decision.next.to === 'FAILED'
+        ? {
+            error: toErrorInfo(
+              verdict.error ?? new Error('the downstream reports the request failed'),
+            ),
+          }
+        : {}),
       event: {
-        kind: decision.next.to === 'NEEDS_REVIEW' ? 'review' : verdict?.kind === 'inconclusive' ? 'lookup-inconclusive' : 'reconciled',
+        kind:
+          decision.next.to === 'NEEDS_REVIEW'
+            ? 'review'
+            : verdict?.kind === 'inconclusive'
+              ? 'lookup-inconclusive'
+              : 'reconciled',
         actor: 'reconciler',
         detail: { path, ...(why ? { why } : {}), ...(verdict ? { lookup: evidence } : {}) },
       },
     };
     const applied = await this.host.store.jobTransition(t);
-    const fields = { jobId: job.id, attemptNo: attempt.attemptNo, fingerprint: job.fingerprint, operation: job.operation, state: t.to };
+    const fields = {
+      jobId: job.id,
+      attemptNo: attempt.attemptNo,
+      fingerprint: job.fingerprint,
+      operation: job.operation,
+      state: t.to,
+    };
     if (!applied) {
       this.host.log.debug(fields, 'reconciliation skipped: the job changed meanwhile');
       return;
     }
     if (t.to === 'UNKNOWN') {
-      this.host.log.warn({ ...fields, lookupFailures: job.lookupFailures + 1 }, 'lookup inconclusive; will look again');
+      this.host.log.warn(
+        { ...fields, lookupFailures: job.lookupFailures + 1 },
+        'lookup inconclusive; will look again',
+      );
       return;
     }
-    this.host.log.info({ ...fields, path, resolution: decision.resolution }, t.to === 'NEEDS_REVIEW' ? 'UNKNOWN job needs review' : 'UNKNOWN job reconciled');
+    this.host.log.info(
+      { ...fields, path, resolution: decision.resolution },
+      t.to === 'NEEDS_REVIEW' ? 'UNKNOWN job needs review' : 'UNKNOWN job reconciled',
+    );
     const payload: JobEvent = {
       jobId: job.id,
       attemptNo: attempt.attemptNo,
@@ -107,13 +150,30 @@ export class Reconciler {
     this.notifier?.notify(t.to === 'NEEDS_REVIEW' ? 'review' : 'reconciled', payload);
   }
 
-  private async lookup(op: Operation<any, any>, requestKey: string, input: unknown, ids: { jobId: string; attemptNo: number }): Promise<LookupVerdict> {
+  private async lookup(
+    op: AnyOperation,
+    requestKey: string,
+    input: unknown,
+    ids: { jobId: string; attemptNo: number },
+  ): Promise<LookupVerdict> {
     const ac = new AbortController();
-    const timer = setTimeout(() => ac.abort(new Error(`lookup timed out after ${op.timeoutMs} ms`)), op.timeoutMs);
+    const timer = setTimeout(
+      () => ac.abort(new Error(`lookup timed out after ${op.timeoutMs} ms`)),
+      op.timeoutMs,
+    );
     try {
       const raw: unknown = await Promise.race([
-        op.spec.lookup!(requestKey, input, { ...ids, requestKey, signal: ac.signal, log: this.host.log }),
-        new Promise((_, reject) => ac.signal.addEventListener('abort', () => reject(ac.signal.reason as Error), { once: true })),
+        op.spec.lookup!(requestKey, input, {
+          ...ids,
+          requestKey,
+          signal: ac.signal,
+          log: this.host.log,
+        }),
+        new Promise((_, reject) =>
+          ac.signal.addEventListener('abort', () => reject(ac.signal.reason as Error), {
+            once: true,
+          }),
+        ),
       ]);
       return readLookup(raw);
     } catch (error) {
@@ -127,18 +187,31 @@ export class Reconciler {
 function readLookup(raw: unknown): LookupVerdict {
   const r = raw as LookupResult | null | undefined;
   if (r && r.found === false) return { kind: 'not_found' };
-  if (r && r.found === true && r.outcome === 'succeeded') return { kind: 'succeeded', result: r.result };
-  if (r && r.found === true && r.outcome === 'failed') return { kind: 'failed', error: r.error, retryable: r.retryable ?? false };
-  return { kind: 'inconclusive', error: new Error(`lookup returned an unreadable answer: ${JSON.stringify(raw) ?? String(raw)}`) };
+  if (r && r.found === true && r.outcome === 'succeeded')
+    return { kind: 'succeeded', result: r.result };
+  if (r && r.found === true && r.outcome === 'failed')
+    return { kind: 'failed', error: r.error, retryable: r.retryable ?? false };
+  return {
+    kind: 'inconclusive',
+    error: new Error(`lookup returned an unreadable answer: ${JSON.stringify(raw) ?? String(raw)}`),
+  };
 }
 
 function verdictEvidence(v: LookupVerdict | undefined): Json {
   if (!v) return null;
   switch (v.kind) {
     case 'succeeded':
-      return { found: true, outcome: 'succeeded', result: JSON.parse(encodeResult(v.result) ?? 'null') as Json };
+      return {
+        found: true,
+        outcome: 'succeeded',
+        result: JSON.parse(encodeResult(v.result) ?? 'null') as Json,
+      };
     case 'failed':
-      return { found: true, outcome: 'failed', error: toErrorInfo(v.error ?? 'failed') as unknown as Json };
+      return {
+        found: true,
+        outcome: 'failed',
+        error: toErrorInfo(v.error ?? 'failed') as unknown as Json,
+      };
     case 'not_found':
       return { found: false };
     case 'inconclusive':
@@ -146,10 +219,16 @@ function verdictEvidence(v: LookupVerdict | undefined): Json {
   }
 }
 
-function reviewWhy(op: Operation<any, any>, verdict: LookupVerdict | undefined, d: ReconcileDecision): string | undefined {
+function reviewWhy(
+  op: AnyOperation,
+  verdict: LookupVerdict | undefined,
+  d: ReconcileDecision,
+): string | undefined {
   if (d.next.to !== 'NEEDS_REVIEW') return undefined;
-  if (op.recovery === 'review') return 'the request may have left and the operation has neither a lookup nor a deduplicating downstream: a person must decide';
+  if (op.recovery === 'review')
+    return 'the request may have left and the operation has neither a lookup nor a deduplicating downstream: a person must decide';
   if (op.recovery === 'same-key') return 'out of attempts for a same-key retry';
-  if (verdict?.kind === 'inconclusive') return `lookup inconclusive ${op.reconcile.maxLookups} times`;
+  if (verdict?.kind === 'inconclusive')
+    return `lookup inconclusive ${op.reconcile.maxLookups} times`;
   return 'no automatic path';
 }

@@ -20,7 +20,11 @@ export class Review {
 
   /** NEEDS_REVIEW jobs with their attempts and events, oldest first. */
   async list(options: { limit?: number; operation?: string } = {}): Promise<JobDetail[]> {
-    const jobs = await this.queue.jobs({ state: 'NEEDS_REVIEW', limit: options.limit ?? 100, operation: options.operation });
+    const jobs = await this.queue.jobs({
+      state: 'NEEDS_REVIEW',
+      limit: options.limit ?? 100,
+      operation: options.operation,
+    });
     const details = await Promise.all(jobs.map((j) => this.queue.store.jobGet({ id: j.id })));
     return details.filter((d): d is JobDetail => d !== null).reverse();
   }
@@ -32,15 +36,23 @@ export class Review {
    */
   async resolve(jobId: string, options: ResolveOptions): Promise<JobRecord> {
     const as = options?.as;
-    if (as !== 'succeeded' && as !== 'failed' && as !== 'retry') throw new InvalidInput(`resolve as must be succeeded, failed or retry, got ${JSON.stringify(as)}`);
-    if (typeof options.actor !== 'string' || options.actor.trim() === '') throw new InvalidInput('resolve needs an actor: who made this decision');
+    if (as !== 'succeeded' && as !== 'failed' && as !== 'retry')
+      throw new InvalidInput(
+        `resolve as must be succeeded, failed or retry, got ${JSON.stringify(as)}`,
+      );
+    if (typeof options.actor !== 'string' || options.actor.trim() === '')
+      throw new InvalidInput('resolve needs an actor: who made this decision');
     const note = options.note ?? '';
-    if (typeof note !== 'string' || note.length > 10_000) throw new InvalidInput('note must be a string of at most 10000 characters');
+    if (typeof note !== 'string' || note.length > 10_000)
+      throw new InvalidInput('note must be a string of at most 10000 characters');
     const detail = await this.queue.store.jobGet({ id: jobId });
     if (!detail) throw new JobNotFound(jobId);
     const { job } = detail;
     if (job.state !== 'NEEDS_REVIEW' && job.state !== 'UNKNOWN') {
-      throw new JobStateConflict(`job ${jobId} is ${job.state}; only NEEDS_REVIEW or UNKNOWN jobs take a review decision`, job.state);
+      throw new JobStateConflict(
+        `job ${jobId} is ${job.state}; only NEEDS_REVIEW or UNKNOWN jobs take a review decision`,
+        job.state,
+      );
     }
     const latest = detail.attempts.at(-1);
     const source = `operator:${options.actor.trim()}`;
@@ -50,12 +62,30 @@ export class Review {
       from: job.state,
       to,
       expectAttemptNo: job.attemptCount,
-      ...(latest && latest.state === 'UNKNOWN' && latest.resolution === null ? { resolution: { kind: as, source, evidence: { note } } } : {}),
-      ...(as === 'failed' ? { error: { name: 'OperatorDecision', message: note || `marked failed by ${source}` } } : {}),
+      ...(latest && latest.state === 'UNKNOWN' && latest.resolution === null
+        ? { resolution: { kind: as, source, evidence: { note } } }
+        : {}),
+      ...(as === 'failed'
+        ? { error: { name: 'OperatorDecision', message: note || `marked failed by ${source}` } }
+        : {}),
       event: { kind: 'resolved', actor: source, detail: { as, note } },
     });
-    if (!applied) throw new JobStateConflict(`job ${jobId} changed while it was being resolved; read it again and retry`, job.state);
-    this.queue.log.info({ jobId, attemptNo: job.attemptCount, fingerprint: job.fingerprint, operation: job.operation, state: to, actor: source }, 'review decision recorded');
+    if (!applied)
+      throw new JobStateConflict(
+        `job ${jobId} changed while it was being resolved; read it again and retry`,
+        job.state,
+      );
+    this.queue.log.info(
+      {
+        jobId,
+        attemptNo: job.attemptCount,
+        fingerprint: job.fingerprint,
+        operation: job.operation,
+        state: to,
+        actor: source,
+      },
+      'review decision recorded',
+    );
     const after = await this.queue.store.jobGet({ id: jobId });
     return after!.job;
   }

@@ -52,7 +52,10 @@ export function workerSettings(input: Partial<WorkerSettings>): WorkerSettings {
   };
   const int = (name: keyof WorkerSettings, min: number, max: number) => {
     const v = s[name] as number;
-    if (!Number.isInteger(v) || v < min || v > max) throw new InvalidInput(`worker option ${name} must be an integer from ${min} to ${max}, got ${String(v)}`);
+    if (!Number.isInteger(v) || v < min || v > max)
+      throw new InvalidInput(
+        `worker option ${name} must be an integer from ${min} to ${max}, got ${String(v)}`,
+      );
   };
   int('concurrency', 1, 10_000);
   int('leaseMs', 100, 24 * 3600_000);
@@ -64,6 +67,7 @@ export function workerSettings(input: Partial<WorkerSettings>): WorkerSettings {
   int('reclaimIntervalMs', 10, 3600_000);
   int('reconcileIntervalMs', 10, 3600_000);
   int('shutdownTimeoutMs', 0, 24 * 3600_000);
-  if (!Array.isArray(s.queues) || s.queues.length === 0) throw new InvalidInput('worker option queues must name at least one queue');
+  if (!Array.isArray(s.queues) || s.queues.length === 0)
+    throw new InvalidInput('worker option queues must name at least one queue');
   return s;
 }

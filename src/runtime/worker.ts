@@ -13,7 +13,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { randomBytes } from 'node:crypto';
 import { toErrorInfo, type ErrorInfo } from '../core/errors.js';
 import type { AttemptOutcome } from '../core/decide.js';
-import type { Logger, Operation } from '../core/operation.js';
+import type { Logger, AnyOperation } from '../core/operation.js';
 import type { ClaimedAttempt, Store } from '../store/store.js';
 import { AttemptRun, type AttemptHost } from './attempt.js';
 import type { Faults } from './faults.js';
@@ -24,7 +24,7 @@ import { Reconciler } from './reconciler.js';
 import { workerSettings, type WorkerSettings } from './settings.js';
 
 export interface WorkerOptions extends Partial<WorkerSettings> {
-  operations: Operation<any, any>[];
+  operations: AnyOperation[];
   /** Identifies this worker in the journal. Default host/pid/random. */
   ownerId?: string;
 }
@@ -49,7 +49,7 @@ export class Worker extends EventEmitter implements AttemptHost {
   readonly log: Logger;
   readonly reclaimer: Reclaimer;
   readonly reconciler: Reconciler;
-  private readonly ops = new Map<string, Operation<any, any>>();
+  private readonly ops = new Map<string, AnyOperation>();
   private readonly inFlight = new Map<string, { run: AttemptRun; done: Promise<void> }>();
   private running = false;
   private stopping: Promise<void> | undefined;
@@ -68,12 +68,20 @@ export class Worker extends EventEmitter implements AttemptHost {
       throw new TypeError('a worker needs at least one operation: q.worker({ operations: [op] })');
     }
     this.settings = workerSettings(options);
-    this.ownerId = options.ownerId ?? `${hostname()}/${process.pid}/${randomBytes(3).toString('hex')}`;
+    this.ownerId =
+      options.ownerId ?? `${hostname()}/${process.pid}/${randomBytes(3).toString('hex')}`;
     this.store = queue.store;
     this.faults = queue.faults;
     this.log = queue.log;
     for (const op of options.operations) this.ops.set(op.name, op);
-    this.reclaimer = new Reclaimer(queue, { clockSkewToleranceMs: this.settings.clockSkewToleranceMs, actor: `reclaimer:${this.ownerId}` }, this);
+    this.reclaimer = new Reclaimer(
+      queue,
+      {
+        clockSkewToleranceMs: this.settings.clockSkewToleranceMs,
+        actor: `reclaimer:${this.ownerId}`,
+      },
+      this,
+    );
     this.reconciler = new Reconciler(queue, [...this.ops.values()], this);
   }
 
@@ -97,11 +105,21 @@ export class Worker extends EventEmitter implements AttemptHost {
     if (this.running) return;
     this.running = true;
     this.queue.notifier.on('enqueued', this.onEnqueued);
-    this.log.info({ ownerId: this.ownerId, operations: [...this.ops.keys()], ...this.settings }, 'worker started');
-    this.loops = [this.loop('claim', () => this.claimOnce(), 0), this.loop('heartbeat', () => this.heartbeatOnce(), this.settings.heartbeatIntervalMs)];
+    this.log.info(
+      { ownerId: this.ownerId, operations: [...this.ops.keys()], ...this.settings },
+      'worker started',
+    );
+    this.loops = [
+      this.loop('claim', () => this.claimOnce(), 0),
+      this.loop('heartbeat', () => this.heartbeatOnce(), this.settings.heartbeatIntervalMs),
+    ];
     if (this.settings.recover) {
-      this.loops.push(this.loop('reclaim', () => this.reclaimer.runOnce(), this.settings.reclaimIntervalMs));
-      this.loops.push(this.loop('reconcile', () => this.reconciler.runOnce(), this.settings.reconcileIntervalMs));
+      this.loops.push(
+        this.loop('reclaim', () => this.reclaimer.runOnce(), this.settings.reclaimIntervalMs),
+      );
+      this.loops.push(
+        this.loop('reconcile', () => this.reconciler.runOnce(), this.settings.reconcileIntervalMs),
+      );
     }
     return Promise.resolve();
   }
@@ -118,7 +136,8 @@ export class Worker extends EventEmitter implements AttemptHost {
     this.queue.notifier.off('enqueued', this.onEnqueued);
     const drained = Promise.all([...this.inFlight.values()].map((f) => f.done));
     const timer = setTimeout(() => {
-      for (const { run } of this.inFlight.values()) run.abort(new Error('worker stopping: shutdownTimeoutMs passed'));
+      for (const { run } of this.inFlight.values())
+        run.abort(new Error('worker stopping: shutdownTimeoutMs passed'));
     }, this.settings.shutdownTimeoutMs);
     await drained;
     clearTimeout(timer);
@@ -131,7 +150,11 @@ export class Worker extends EventEmitter implements AttemptHost {
   }
 
   /** A loop that runs `once` until stop; `once` returns true when it should run again at once. */
-  private async loop(name: string, once: () => Promise<unknown>, intervalMs: number): Promise<void> {
+  private async loop(
+    name: string,
+    once: () => Promise<unknown>,
+    intervalMs: number,
+  ): Promise<void> {
     while (this.running && !this.stopping) {
       let again = false;
       try {
@@ -162,7 +185,10 @@ export class Worker extends EventEmitter implements AttemptHost {
   }
 
   private reportError(where: string, err: unknown): void {
-    this.log.error({ ownerId: this.ownerId, loop: where, err: toErrorInfo(err) }, `worker ${where} loop error`);
+    this.log.error(
+      { ownerId: this.ownerId, loop: where, err: toErrorInfo(err) },
+      `worker ${where} loop error`,
+    );
     if (this.listenerCount('error') > 0) this.emit('error', err);
   }
 
@@ -194,7 +220,13 @@ export class Worker extends EventEmitter implements AttemptHost {
       (end) => {
         this.inFlight.delete(key);
         this.wake?.();
-        this.announce(claimed, end.kind === 'finished' ? end.jobState : null, end.outcome, end.result, end.error);
+        this.announce(
+          claimed,
+          end.kind === 'finished' ? end.jobState : null,
+          end.outcome,
+          end.result,
+          end.error,
+        );
       },
       (err: unknown) => {
         this.inFlight.delete(key);
@@ -204,7 +236,13 @@ export class Worker extends EventEmitter implements AttemptHost {
     this.inFlight.set(key, { run, done });
   }
 
-  private announce(claimed: ClaimedAttempt, jobState: string | null, outcome: AttemptOutcome, result: unknown, error: ErrorInfo | undefined): void {
+  private announce(
+    claimed: ClaimedAttempt,
+    jobState: string | null,
+    outcome: AttemptOutcome,
+    result: unknown,
+    error: ErrorInfo | undefined,
+  ): void {
     const base: JobEvent = {
       jobId: claimed.job.id,
       attemptNo: claimed.attempt.attemptNo,
@@ -229,7 +267,10 @@ export class Worker extends EventEmitter implements AttemptHost {
     const runs = [...this.inFlight.values()].map((f) => f.run).filter((r) => !r.done);
     if (runs.length === 0) return;
     const sentAt = performance.now();
-    const results = await this.store.attemptHeartbeatMany({ leases: runs.map((r) => r.lease), leaseMs: this.settings.leaseMs });
+    const results = await this.store.attemptHeartbeatMany({
+      leases: runs.map((r) => r.lease),
+      leaseMs: this.settings.leaseMs,
+    });
     results.forEach((r, i) => {
       const run = runs[i]!;
       if (r.ok) run.renewed(sentAt);
@@ -242,18 +283,37 @@ export class Worker extends EventEmitter implements AttemptHost {
 
   // ------------------------------------------------------------------ late evidence
 
-  lateEvidence(claimed: ClaimedAttempt, outcome: AttemptOutcome, result: unknown, error: ErrorInfo | undefined): Promise<void> {
+  lateEvidence(
+    claimed: ClaimedAttempt,
+    outcome: AttemptOutcome,
+    result: unknown,
+    error: ErrorInfo | undefined,
+  ): Promise<void> {
     return recordLateEvidence(this, claimed, outcome, result, error).then((resolved) => {
-      if (resolved) this.emit('reconciled', { jobId: claimed.job.id, attemptNo: claimed.attempt.attemptNo, operation: claimed.job.operation, requestKey: claimed.job.requestKey, input: claimed.job.input, state: resolved, resolution: outcome.state.toLowerCase(), result, error });
+      if (resolved)
+        this.emit('reconciled', {
+          jobId: claimed.job.id,
+          attemptNo: claimed.attempt.attemptNo,
+          operation: claimed.job.operation,
+          requestKey: claimed.job.requestKey,
+          input: claimed.job.input,
+          state: resolved,
+          resolution: outcome.state.toLowerCase(),
+          result,
+          error,
+        });
     });
   }
 
   /** For the reconciler and reclaimer: announce what they settled. */
-  notify(event: 'reconciled' | 'review' | 'unknown' | 'failed' | 'retrying', payload: JobEvent): void {
+  notify(
+    event: 'reconciled' | 'review' | 'unknown' | 'failed' | 'retrying',
+    payload: JobEvent,
+  ): void {
     this.emit(event, payload);
   }
 
-  operation(name: string): Operation<any, any> | undefined {
+  operation(name: string): AnyOperation | undefined {
     return this.ops.get(name);
   }
 }

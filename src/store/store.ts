@@ -104,7 +104,8 @@ export interface JobInsert {
   timeoutMs: number;
 }
 
-export type JobInsertResult = { job: JobRecord; created: true } | { job: JobRecord; created: false };
+export type JobInsertResult =
+  { job: JobRecord; created: true } | { job: JobRecord; created: false };
 
 export interface LeaseRef {
   jobId: string;
@@ -196,7 +197,8 @@ export interface JobListParams {
   beforeId?: string;
 }
 
-export type JobCancelResult = { cancelled: true; job: JobRecord } | { cancelled: false; job: JobRecord; why: string };
+export type JobCancelResult =
+  { cancelled: true; job: JobRecord } | { cancelled: false; job: JobRecord; why: string };
 
 export interface QueueStats {
   queue: string;
@@ -244,7 +246,11 @@ export interface Store {
   /** Cancels a QUEUED job, or a LEASED one whose attempt has no dispatch marker (fencing its worker). */
   jobCancel(p: { id: string; actor: string; reason: string }): Promise<JobCancelResult | null>;
   /** Takes UNKNOWN jobs due for reconciliation, holding them `holdMs` so that others skip them. */
-  jobReconcileClaimMany(p: { operations: string[]; limit: number; holdMs: number }): Promise<ClaimedAttempt[]>;
+  jobReconcileClaimMany(p: {
+    operations: string[];
+    limit: number;
+    holdMs: number;
+  }): Promise<ClaimedAttempt[]>;
 
   /** Claims due QUEUED jobs: a new LEASED attempt each, with a fresh token and expiry on the store's clock. */
   attemptClaimMany(p: {

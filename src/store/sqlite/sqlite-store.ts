@@ -7,11 +7,32 @@
  * by every process on the host (DESIGN §3); tests inject one.
  */
 import Database from 'better-sqlite3';
-import { RequestKeyConflict, SchemaTooNew, StoreCorrupt, StoreReadOnly, StoreUnavailable, assert } from '../../core/errors.js';
+import {
+  RequestKeyConflict,
+  SchemaTooNew,
+  StoreCorrupt,
+  StoreReadOnly,
+  StoreUnavailable,
+  assert,
+} from '../../core/errors.js';
 import type { JobState } from '../../core/states.js';
 import { JOB_STATES } from '../../core/states.js';
-import { assertFinishLegal, assertTransitionLegal, leaseHolds, newLeaseToken, transitionApplies } from '../rules.js';
-import { attemptFromRow, eventFromRow, jobFromRow, jsonOrNull, type AttemptRow, type EventRow, type JobRow } from '../rows.js';
+import {
+  assertFinishLegal,
+  assertTransitionLegal,
+  leaseHolds,
+  newLeaseToken,
+  transitionApplies,
+} from '../rules.js';
+import {
+  attemptFromRow,
+  eventFromRow,
+  jobFromRow,
+  jsonOrNull,
+  type AttemptRow,
+  type EventRow,
+  type JobRow,
+} from '../rows.js';
 import type {
   AttemptExpire,
   AttemptFinish,
@@ -49,7 +70,11 @@ export const DEFAULT_BUSY_TIMEOUT_MS = 10_000;
 export class SqliteStore implements Store {
   readonly kind = 'sqlite' as const;
   readonly location: string;
-  readonly capabilities: StoreCapabilities = { clock: 'host', multiHost: false, crossProcessNotify: false };
+  readonly capabilities: StoreCapabilities = {
+    clock: 'host',
+    multiHost: false,
+    crossProcessNotify: false,
+  };
   private db: Database.Database | null = null;
   private readonly now: () => number;
   private readonly busyTimeoutMs: number;
@@ -77,7 +102,8 @@ export class SqliteStore implements Store {
       db.pragma('synchronous = FULL');
       db.pragma('foreign_keys = ON');
       const check = db.pragma('quick_check', { simple: true }) as string;
-      if (check !== 'ok') throw Object.assign(new Error(`quick_check: ${check}`), { code: 'SQLITE_CORRUPT' });
+      if (check !== 'ok')
+        throw Object.assign(new Error(`quick_check: ${check}`), { code: 'SQLITE_CORRUPT' });
       this.db = db;
       this.migrate();
     } catch (err) {
@@ -89,33 +115,50 @@ export class SqliteStore implements Store {
   }
 
   private classifyOpenError(err: unknown): Error {
-    if (err instanceof SchemaTooNew || err instanceof StoreCorrupt || err instanceof StoreReadOnly) return err;
+    if (err instanceof SchemaTooNew || err instanceof StoreCorrupt || err instanceof StoreReadOnly)
+      return err;
     const code = (err as { code?: string }).code ?? '';
-    if (code === 'SQLITE_NOTADB' || code.startsWith('SQLITE_CORRUPT')) return new StoreCorrupt(this.location, err);
-    if (code.startsWith('SQLITE_READONLY') || code === 'SQLITE_PERM' || (code === 'SQLITE_CANTOPEN' && /readonly|read-only/i.test(String(err)))) {
+    if (code === 'SQLITE_NOTADB' || code.startsWith('SQLITE_CORRUPT'))
+      return new StoreCorrupt(this.location, err);
+    if (
+      code.startsWith('SQLITE_READONLY') ||
+      code === 'SQLITE_PERM' ||
+      (code === 'SQLITE_CANTOPEN' && /readonly|read-only/i.test(String(err)))
+    ) {
       return new StoreReadOnly(this.location, err);
     }
-    if (code.startsWith('SQLITE_CANTOPEN')) return new StoreUnavailable(`cannot open ${this.location}: ${String((err as Error).message)} (does the directory exist?)`, err);
+    if (code.startsWith('SQLITE_CANTOPEN'))
+      return new StoreUnavailable(
+        `cannot open ${this.location}: ${String((err as Error).message)} (does the directory exist?)`,
+        err,
+      );
     return err instanceof Error ? err : new Error(String(err));
   }
 
   private migrate(): void {
     const db = this.conn();
-    db.exec(`CREATE TABLE IF NOT EXISTS reckon_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`);
+    db.exec(
+      `CREATE TABLE IF NOT EXISTS reckon_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`,
+    );
     // IMMEDIATE: two processes starting at once migrate one after the other.
     db.transaction(() => {
       const current = this.currentVersion();
-      if (current > LATEST_SCHEMA_VERSION) throw new SchemaTooNew(this.location, current, LATEST_SCHEMA_VERSION);
+      if (current > LATEST_SCHEMA_VERSION)
+        throw new SchemaTooNew(this.location, current, LATEST_SCHEMA_VERSION);
       for (const m of MIGRATIONS) {
         if (m.version <= current) continue;
         db.exec(m.sql);
-        db.prepare('INSERT INTO reckon_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(m.version, m.name, this.now());
+        db.prepare(
+          'INSERT INTO reckon_migrations (version, name, applied_at) VALUES (?, ?, ?)',
+        ).run(m.version, m.name, this.now());
       }
     }).immediate();
   }
 
   private currentVersion(): number {
-    const row = this.conn().prepare('SELECT max(version) AS v FROM reckon_migrations').get() as { v: number | null };
+    const row = this.conn().prepare('SELECT max(version) AS v FROM reckon_migrations').get() as {
+      v: number | null;
+    };
     return row.v ?? 0;
   }
 
@@ -165,12 +208,17 @@ export class SqliteStore implements Store {
     }
   }
 
-  private classifyWriteError(err: unknown): unknown {
+  private classifyWriteError(err: unknown): Error {
     const code = (err as { code?: string }).code ?? '';
     if (code.startsWith('SQLITE_READONLY')) return new StoreReadOnly(this.location, err);
-    if (code === 'SQLITE_NOTADB' || code.startsWith('SQLITE_CORRUPT')) return new StoreCorrupt(this.location, err);
-    if (code.startsWith('SQLITE_BUSY')) return new StoreUnavailable(`${this.location} stayed locked by another writer for over ${this.busyTimeoutMs} ms`, err);
-    return err;
+    if (code === 'SQLITE_NOTADB' || code.startsWith('SQLITE_CORRUPT'))
+      return new StoreCorrupt(this.location, err);
+    if (code.startsWith('SQLITE_BUSY'))
+      return new StoreUnavailable(
+        `${this.location} stayed locked by another writer for over ${this.busyTimeoutMs} ms`,
+        err,
+      );
+    return err instanceof Error ? err : new Error(String(err));
   }
 
   // ---------------------------------------------------------------- row helpers
@@ -181,7 +229,10 @@ export class SqliteStore implements Store {
   }
 
   private getAttempt(jobId: string, attemptNo: number): AttemptRecord | undefined {
-    const row = this.stmt('SELECT * FROM attempts WHERE job_id = ? AND attempt_no = ?').get(jobId, attemptNo) as AttemptRow | undefined;
+    const row = this.stmt('SELECT * FROM attempts WHERE job_id = ? AND attempt_no = ?').get(
+      jobId,
+      attemptNo,
+    ) as AttemptRow | undefined;
     return row && attemptFromRow(row);
   }
 
@@ -189,7 +240,17 @@ export class SqliteStore implements Store {
     this.stmt(
       `INSERT INTO events (job_id, attempt_no, request_fingerprint, kind, from_state, to_state, actor, detail_json, at)
        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-    ).run(e.jobId, e.attemptNo, e.fingerprint, e.kind, e.fromState ?? null, e.toState ?? null, e.actor, jsonOrNull(e.detail), at);
+    ).run(
+      e.jobId,
+      e.attemptNo,
+      e.fingerprint,
+      e.kind,
+      e.fromState ?? null,
+      e.toState ?? null,
+      e.actor,
+      jsonOrNull(e.detail),
+      at,
+    );
   }
 
   /** Moves a job, setting the columns each target state needs. */
@@ -197,7 +258,13 @@ export class SqliteStore implements Store {
     job: JobRecord,
     to: JobState,
     now: number,
-    extra: { runAt?: number; nextCheckAt?: number | null; lookupFailures?: number; resultJson?: string | null; errorJson?: string | null },
+    extra: {
+      runAt?: number;
+      nextCheckAt?: number | null;
+      lookupFailures?: number;
+      resultJson?: string | null;
+      errorJson?: string | null;
+    },
   ): void {
     const terminal = to === 'SUCCEEDED' || to === 'FAILED' || to === 'CANCELLED';
     this.stmt(
@@ -229,15 +296,28 @@ export class SqliteStore implements Store {
       const now = this.now();
       const results: JobInsertResult[] = [];
       for (const j of p.jobs) {
-        const existing = this.stmt('SELECT * FROM jobs WHERE request_key = ?').get(j.requestKey) as JobRow | undefined;
+        const existing = this.stmt('SELECT * FROM jobs WHERE request_key = ?').get(j.requestKey) as
+          JobRow | undefined;
         if (existing) {
           if (existing.request_fingerprint !== j.fingerprint) {
             // Throwing rolls the whole batch back: nothing is written (invariant 9).
-            throw new RequestKeyConflict(j.requestKey, existing.id, existing.request_fingerprint, j.fingerprint);
+            throw new RequestKeyConflict(
+              j.requestKey,
+              existing.id,
+              existing.request_fingerprint,
+              j.fingerprint,
+            );
           }
           const job = jobFromRow(existing);
           this.appendEvent(
-            { jobId: job.id, attemptNo: null, fingerprint: job.fingerprint, kind: 'enqueue-deduplicated', actor: p.actor, detail: { requestKey: j.requestKey } },
+            {
+              jobId: job.id,
+              attemptNo: null,
+              fingerprint: job.fingerprint,
+              kind: 'enqueue-deduplicated',
+              actor: p.actor,
+              detail: { requestKey: j.requestKey },
+            },
             now,
           );
           results.push({ job, created: false });
@@ -248,8 +328,34 @@ export class SqliteStore implements Store {
           `INSERT INTO jobs (id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id, state,
              priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms)
            VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'QUEUED', ?, ?, ?, ?, ?, ?, ?)`,
-        ).run(j.id, j.queue, j.operation, j.inputJson, j.requestKey, j.fingerprint, j.runId, j.stepId, j.priority, runAt, now, now, j.maxAttempts, JSON.stringify(j.backoff), j.timeoutMs);
-        this.appendEvent({ jobId: j.id, attemptNo: null, fingerprint: j.fingerprint, kind: 'enqueued', toState: 'QUEUED', actor: p.actor }, now);
+        ).run(
+          j.id,
+          j.queue,
+          j.operation,
+          j.inputJson,
+          j.requestKey,
+          j.fingerprint,
+          j.runId,
+          j.stepId,
+          j.priority,
+          runAt,
+          now,
+          now,
+          j.maxAttempts,
+          JSON.stringify(j.backoff),
+          j.timeoutMs,
+        );
+        this.appendEvent(
+          {
+            jobId: j.id,
+            attemptNo: null,
+            fingerprint: j.fingerprint,
+            kind: 'enqueued',
+            toState: 'QUEUED',
+            actor: p.actor,
+          },
+          now,
+        );
         results.push({ job: this.getJob(j.id)!, created: true });
       }
       return results;
@@ -260,8 +366,14 @@ export class SqliteStore implements Store {
     return this.read(() => {
       const job = this.getJob(p.id);
       if (!job) return null;
-      const attempts = (this.stmt('SELECT * FROM attempts WHERE job_id = ? ORDER BY attempt_no').all(p.id) as AttemptRow[]).map(attemptFromRow);
-      const events = (this.stmt('SELECT * FROM events WHERE job_id = ? ORDER BY id').all(p.id) as EventRow[]).map(eventFromRow);
+      const attempts = (
+        this.stmt('SELECT * FROM attempts WHERE job_id = ? ORDER BY attempt_no').all(
+          p.id,
+        ) as AttemptRow[]
+      ).map(attemptFromRow);
+      const events = (
+        this.stmt('SELECT * FROM events WHERE job_id = ? ORDER BY id').all(p.id) as EventRow[]
+      ).map(eventFromRow);
       return { job, attempts, events };
     });
   }
@@ -274,11 +386,20 @@ export class SqliteStore implements Store {
         where.push(`state IN (${p.states.map(() => '?').join(',')})`);
         args.push(...p.states);
       }
-      if (p.queue !== undefined) (where.push('queue = ?'), args.push(p.queue));
-      if (p.operation !== undefined) (where.push('operation = ?'), args.push(p.operation));
-      if (p.beforeId !== undefined) (where.push('id < ?'), args.push(p.beforeId));
+      const eq = (column: string, value: string | undefined, op = '=') => {
+        if (value === undefined) return;
+        where.push(`${column} ${op} ?`);
+        args.push(value);
+      };
+      eq('queue', p.queue);
+      eq('operation', p.operation);
+      eq('id', p.beforeId, '<');
       const sql = `SELECT * FROM jobs ${where.length ? 'WHERE ' + where.join(' AND ') : ''} ORDER BY id DESC LIMIT ?`;
-      return (this.conn().prepare(sql).all(...args, p.limit) as JobRow[]).map(jobFromRow);
+      return (
+        this.conn()
+          .prepare(sql)
+          .all(...args, p.limit) as JobRow[]
+      ).map(jobFromRow);
     });
   }
 
@@ -287,19 +408,33 @@ export class SqliteStore implements Store {
     return this.write(() => {
       const now = this.now();
       const job = this.getJob(t.jobId);
-      const attempt = job && job.attemptCount > 0 ? this.getAttempt(job.id, job.attemptCount) : undefined;
+      const attempt =
+        job && job.attemptCount > 0 ? this.getAttempt(job.id, job.attemptCount) : undefined;
       if (!transitionApplies(job, attempt, t)) return false;
       assert(job, 'transition applies to an existing job');
       if (t.resolution) {
         this.stmt(
           `UPDATE attempts SET resolution = ?, resolution_source = ?, resolution_evidence_json = ?, resolved_at = ?
            WHERE job_id = ? AND attempt_no = ? AND state = 'UNKNOWN' AND resolution IS NULL`,
-        ).run(t.resolution.kind, t.resolution.source, jsonOrNull(t.resolution.evidence), now, t.jobId, t.expectAttemptNo);
+        ).run(
+          t.resolution.kind,
+          t.resolution.source,
+          jsonOrNull(t.resolution.evidence),
+          now,
+          t.jobId,
+          t.expectAttemptNo,
+        );
       }
       this.setJobState(job, t.to, now, {
         ...(t.to === 'QUEUED' ? { runAt: now + (t.delayMs ?? 0) } : {}),
-        ...(t.to === 'UNKNOWN' && t.recheckDelayMs !== undefined ? { nextCheckAt: now + t.recheckDelayMs } : {}),
-        ...(t.to === 'QUEUED' ? { lookupFailures: 0 } : t.lookupFailures !== undefined ? { lookupFailures: t.lookupFailures } : {}),
+        ...(t.to === 'UNKNOWN' && t.recheckDelayMs !== undefined
+          ? { nextCheckAt: now + t.recheckDelayMs }
+          : {}),
+        ...(t.to === 'QUEUED'
+          ? { lookupFailures: 0 }
+          : t.lookupFailures !== undefined
+            ? { lookupFailures: t.lookupFailures }
+            : {}),
         resultJson: t.resultJson ?? null,
         errorJson: jsonOrNull(t.error),
       });
@@ -312,7 +447,16 @@ export class SqliteStore implements Store {
           fromState: t.from,
           toState: t.to,
           actor: t.event.actor,
-          detail: { ...(t.event.detail ?? {}), ...(t.resolution ? { resolution: t.resolution.kind, source: t.resolution.source, evidence: t.resolution.evidence } : {}) },
+          detail: {
+            ...(t.event.detail ?? {}),
+            ...(t.resolution
+              ? {
+                  resolution: t.resolution.kind,
+                  source: t.resolution.source,
+                  evidence: t.resolution.evidence,
+                }
+              : {}),
+          },
         },
         now,
       );
@@ -326,26 +470,64 @@ export class SqliteStore implements Store {
       const job = this.getJob(p.id);
       if (!job) return null;
       if (job.state === 'QUEUED') {
-        this.setJobState(job, 'CANCELLED', now, { errorJson: JSON.stringify({ name: 'Cancelled', message: p.reason }) });
-        this.appendEvent({ jobId: job.id, attemptNo: job.attemptCount || null, fingerprint: job.fingerprint, kind: 'cancelled', fromState: 'QUEUED', toState: 'CANCELLED', actor: p.actor, detail: { reason: p.reason } }, now);
+        this.setJobState(job, 'CANCELLED', now, {
+          errorJson: JSON.stringify({ name: 'Cancelled', message: p.reason }),
+        });
+        this.appendEvent(
+          {
+            jobId: job.id,
+            attemptNo: job.attemptCount || null,
+            fingerprint: job.fingerprint,
+            kind: 'cancelled',
+            fromState: 'QUEUED',
+            toState: 'CANCELLED',
+            actor: p.actor,
+            detail: { reason: p.reason },
+          },
+          now,
+        );
         return { cancelled: true, job: this.getJob(job.id)! };
       }
       if (job.state === 'LEASED') {
         const attempt = this.getAttempt(job.id, job.attemptCount);
         if (attempt && attempt.state === 'LEASED' && attempt.dispatchedAt === null) {
           // Ending the attempt fences its worker: its dispatch marker write will not apply.
-          this.stmt(`UPDATE attempts SET state = 'FAILED_BEFORE_SEND', reason = 'cancelled', finished_at = ? WHERE job_id = ? AND attempt_no = ?`).run(now, job.id, attempt.attemptNo);
-          this.setJobState(job, 'CANCELLED', now, { errorJson: JSON.stringify({ name: 'Cancelled', message: p.reason }) });
-          this.appendEvent({ jobId: job.id, attemptNo: attempt.attemptNo, fingerprint: job.fingerprint, kind: 'cancelled', fromState: 'LEASED', toState: 'CANCELLED', actor: p.actor, detail: { reason: p.reason, fencedOwner: attempt.ownerId } }, now);
+          this.stmt(
+            `UPDATE attempts SET state = 'FAILED_BEFORE_SEND', reason = 'cancelled', finished_at = ? WHERE job_id = ? AND attempt_no = ?`,
+          ).run(now, job.id, attempt.attemptNo);
+          this.setJobState(job, 'CANCELLED', now, {
+            errorJson: JSON.stringify({ name: 'Cancelled', message: p.reason }),
+          });
+          this.appendEvent(
+            {
+              jobId: job.id,
+              attemptNo: attempt.attemptNo,
+              fingerprint: job.fingerprint,
+              kind: 'cancelled',
+              fromState: 'LEASED',
+              toState: 'CANCELLED',
+              actor: p.actor,
+              detail: { reason: p.reason, fencedOwner: attempt.ownerId },
+            },
+            now,
+          );
           return { cancelled: true, job: this.getJob(job.id)! };
         }
-        return { cancelled: false, job, why: 'its current attempt has already dispatched the request' };
+        return {
+          cancelled: false,
+          job,
+          why: 'its current attempt has already dispatched the request',
+        };
       }
       return { cancelled: false, job, why: `it is ${job.state}` };
     });
   }
 
-  jobReconcileClaimMany(p: { operations: string[]; limit: number; holdMs: number }): Promise<ClaimedAttempt[]> {
+  jobReconcileClaimMany(p: {
+    operations: string[];
+    limit: number;
+    holdMs: number;
+  }): Promise<ClaimedAttempt[]> {
     if (p.operations.length === 0 || p.limit <= 0) return Promise.resolve([]);
     return this.write(() => {
       const now = this.now();
@@ -371,8 +553,15 @@ export class SqliteStore implements Store {
 
   // ---------------------------------------------------------------- attempts
 
-  attemptClaimMany(p: { ownerId: string; queues: string[]; operations: string[]; limit: number; leaseMs: number }): Promise<ClaimedAttempt[]> {
-    if (p.queues.length === 0 || p.operations.length === 0 || p.limit <= 0) return Promise.resolve([]);
+  attemptClaimMany(p: {
+    ownerId: string;
+    queues: string[];
+    operations: string[];
+    limit: number;
+    leaseMs: number;
+  }): Promise<ClaimedAttempt[]> {
+    if (p.queues.length === 0 || p.operations.length === 0 || p.limit <= 0)
+      return Promise.resolve([]);
     return this.write(() => {
       const now = this.now();
       const rows = this.conn()
@@ -387,12 +576,35 @@ export class SqliteStore implements Store {
       for (const row of rows) {
         const attemptNo = Number(row.attempt_count) + 1;
         const token = newLeaseToken();
-        this.stmt(`UPDATE jobs SET state = 'LEASED', attempt_count = ?, updated_at = ?, next_check_at = NULL WHERE id = ? AND state = 'QUEUED'`).run(attemptNo, now, row.id);
+        this.stmt(
+          `UPDATE jobs SET state = 'LEASED', attempt_count = ?, updated_at = ?, next_check_at = NULL WHERE id = ? AND state = 'QUEUED'`,
+        ).run(attemptNo, now, row.id);
         this.stmt(
           `INSERT INTO attempts (job_id, attempt_no, request_key, request_fingerprint, state, owner_id, lease_token, leased_at, lease_expires_at)
            VALUES (?, ?, ?, ?, 'LEASED', ?, ?, ?, ?)`,
-        ).run(row.id, attemptNo, row.request_key, row.request_fingerprint, p.ownerId, token, now, now + p.leaseMs);
-        this.appendEvent({ jobId: row.id, attemptNo, fingerprint: row.request_fingerprint, kind: 'leased', fromState: 'QUEUED', toState: 'LEASED', actor: p.ownerId, detail: { leaseMs: p.leaseMs } }, now);
+        ).run(
+          row.id,
+          attemptNo,
+          row.request_key,
+          row.request_fingerprint,
+          p.ownerId,
+          token,
+          now,
+          now + p.leaseMs,
+        );
+        this.appendEvent(
+          {
+            jobId: row.id,
+            attemptNo,
+            fingerprint: row.request_fingerprint,
+            kind: 'leased',
+            fromState: 'QUEUED',
+            toState: 'LEASED',
+            actor: p.ownerId,
+            detail: { leaseMs: p.leaseMs },
+          },
+          now,
+        );
         out.push({ job: this.getJob(row.id)!, attempt: this.getAttempt(row.id, attemptNo)! });
       }
       return out;
@@ -405,11 +617,26 @@ export class SqliteStore implements Store {
       return p.leases.map((lease): DispatchMarkResult => {
         const job = this.getJob(lease.jobId);
         const attempt = this.getAttempt(lease.jobId, lease.attemptNo);
-        if (!leaseHolds(job, attempt, lease) || !attempt || !job) return { ok: false, reason: 'lease-lost' };
+        if (!leaseHolds(job, attempt, lease) || !attempt || !job)
+          return { ok: false, reason: 'lease-lost' };
         if (attempt.leaseExpiresAt <= now) return { ok: false, reason: 'lease-expired' };
-        assert(attempt.dispatchedAt === null, `job ${job.id} attempt ${attempt.attemptNo} dispatched twice`);
-        this.stmt('UPDATE attempts SET dispatched_at = ? WHERE job_id = ? AND attempt_no = ? AND lease_token = ?').run(now, lease.jobId, lease.attemptNo, lease.leaseToken);
-        this.appendEvent({ jobId: job.id, attemptNo: attempt.attemptNo, fingerprint: job.fingerprint, kind: 'dispatched', actor: attempt.ownerId }, now);
+        assert(
+          attempt.dispatchedAt === null,
+          `job ${job.id} attempt ${attempt.attemptNo} dispatched twice`,
+        );
+        this.stmt(
+          'UPDATE attempts SET dispatched_at = ? WHERE job_id = ? AND attempt_no = ? AND lease_token = ?',
+        ).run(now, lease.jobId, lease.attemptNo, lease.leaseToken);
+        this.appendEvent(
+          {
+            jobId: job.id,
+            attemptNo: attempt.attemptNo,
+            fingerprint: job.fingerprint,
+            kind: 'dispatched',
+            actor: attempt.ownerId,
+          },
+          now,
+        );
         return { ok: true, dispatchedAt: now, leaseExpiresAt: attempt.leaseExpiresAt };
       });
     });
@@ -424,7 +651,9 @@ export class SqliteStore implements Store {
           `UPDATE attempts SET lease_expires_at = ?
            WHERE job_id = ? AND attempt_no = ? AND lease_token = ? AND state = 'LEASED' AND lease_expires_at > ?`,
         ).run(now + p.leaseMs, lease.jobId, lease.attemptNo, lease.leaseToken, now);
-        return r.changes === 1 ? { lease, ok: true, leaseExpiresAt: now + p.leaseMs } : { lease, ok: false, leaseExpiresAt: null };
+        return r.changes === 1
+          ? { lease, ok: true, leaseExpiresAt: now + p.leaseMs }
+          : { lease, ok: false, leaseExpiresAt: null };
       });
     });
   }
@@ -443,17 +672,36 @@ export class SqliteStore implements Store {
     });
   }
 
-  private finishAttempt(job: JobRecord, attempt: AttemptRecord, f: AttemptFinish | AttemptExpire, now: number): void {
+  private finishAttempt(
+    job: JobRecord,
+    attempt: AttemptRecord,
+    f: AttemptFinish | AttemptExpire,
+    now: number,
+  ): void {
     const resultJson = 'resultJson' in f ? f.resultJson : null;
     const error = 'error' in f ? f.error : null;
     this.stmt(
       `UPDATE attempts SET state = ?, finished_at = ?, result_json = ?, error_json = ?, reason = ?
        WHERE job_id = ? AND attempt_no = ? AND lease_token = ? AND state = 'LEASED'`,
-    ).run(f.state, now, resultJson, jsonOrNull(error), f.reason, job.id, attempt.attemptNo, attempt.leaseToken);
+    ).run(
+      f.state,
+      now,
+      resultJson,
+      jsonOrNull(error),
+      f.reason,
+      job.id,
+      attempt.attemptNo,
+      attempt.leaseToken,
+    );
     const next = f.job;
     this.setJobState(job, next.to, now, {
       ...(next.to === 'QUEUED' ? { runAt: now + (next.delayMs ?? 0) } : {}),
-      ...(next.to === 'UNKNOWN' ? { nextCheckAt: (attempt.dispatchedAt ?? now) + (next.checkAfterDispatchMs ?? 0), lookupFailures: 0 } : {}),
+      ...(next.to === 'UNKNOWN'
+        ? {
+            nextCheckAt: (attempt.dispatchedAt ?? now) + (next.checkAfterDispatchMs ?? 0),
+            lookupFailures: 0,
+          }
+        : {}),
       resultJson: next.to === 'SUCCEEDED' ? resultJson : null,
       errorJson: next.to === 'FAILED' || next.to === 'NEEDS_REVIEW' ? jsonOrNull(error) : null,
     });
@@ -466,7 +714,12 @@ export class SqliteStore implements Store {
         fromState: 'LEASED',
         toState: next.to,
         actor: f.actor,
-        detail: { attemptState: f.state, ...(f.reason ? { reason: f.reason } : {}), ...(error ? { error } : {}), ...(next.delayMs !== undefined ? { retryInMs: next.delayMs } : {}) },
+        detail: {
+          attemptState: f.state,
+          ...(f.reason ? { reason: f.reason } : {}),
+          ...(error ? { error } : {}),
+          ...(next.delayMs !== undefined ? { retryInMs: next.delayMs } : {}),
+        },
       },
       now,
     );
@@ -475,7 +728,9 @@ export class SqliteStore implements Store {
   attemptExpiredList(p: { skewMs: number; limit: number }): Promise<ExpiredAttempt[]> {
     return this.read(() => {
       const now = this.now();
-      const rows = this.stmt(`SELECT * FROM attempts WHERE state = 'LEASED' AND lease_expires_at + ? < ? ORDER BY lease_expires_at LIMIT ?`).all(p.skewMs, now, p.limit) as AttemptRow[];
+      const rows = this.stmt(
+        `SELECT * FROM attempts WHERE state = 'LEASED' AND lease_expires_at + ? < ? ORDER BY lease_expires_at LIMIT ?`,
+      ).all(p.skewMs, now, p.limit) as AttemptRow[];
       return rows.map((r) => ({ attempt: attemptFromRow(r), job: this.getJob(r.job_id)! }));
     });
   }
@@ -489,7 +744,10 @@ export class SqliteStore implements Store {
         // Re-checked inside the write: a second reclaimer, or a late heartbeat, finds nothing to do.
         if (!leaseHolds(job, attempt, e.lease) || !job || !attempt) return false;
         if (attempt.leaseExpiresAt + p.skewMs >= now) return false;
-        assert((attempt.dispatchedAt === null) === (e.state === 'FAILED_BEFORE_SEND'), `expiry of job ${job.id} attempt ${attempt.attemptNo} misread its dispatch marker`);
+        assert(
+          (attempt.dispatchedAt === null) === (e.state === 'FAILED_BEFORE_SEND'),
+          `expiry of job ${job.id} attempt ${attempt.attemptNo} misread its dispatch marker`,
+        );
         assertFinishLegal(job, attempt, { ...e, resultJson: null, error: null });
         this.finishAttempt(job, attempt, e, now);
         return true;
@@ -513,13 +771,21 @@ export class SqliteStore implements Store {
   statsGet(): Promise<StoreStats> {
     return this.read(() => {
       const now = this.now();
-      const counts = this.stmt('SELECT queue, state, count(*) AS n FROM jobs GROUP BY queue, state').all() as { queue: string; state: JobState; n: number }[];
-      const oldest = this.stmt(`SELECT queue, min(run_at) AS t FROM jobs WHERE state = 'QUEUED' AND run_at <= ? GROUP BY queue`).all(now) as { queue: string; t: number }[];
+      const counts = this.stmt(
+        'SELECT queue, state, count(*) AS n FROM jobs GROUP BY queue, state',
+      ).all() as { queue: string; state: JobState; n: number }[];
+      const oldest = this.stmt(
+        `SELECT queue, min(run_at) AS t FROM jobs WHERE state = 'QUEUED' AND run_at <= ? GROUP BY queue`,
+      ).all(now) as { queue: string; t: number }[];
       const byQueue = new Map<string, StoreStats['queues'][number]>();
       const entry = (queue: string) => {
         let q = byQueue.get(queue);
         if (!q) {
-          q = { queue, counts: Object.fromEntries(JOB_STATES.map((s) => [s, 0])) as Record<JobState, number>, oldestDueAt: null };
+          q = {
+            queue,
+            counts: Object.fromEntries(JOB_STATES.map((s) => [s, 0])) as Record<JobState, number>,
+            oldestDueAt: null,
+          };
           byQueue.set(queue, q);
         }
         return q;
@@ -530,11 +796,17 @@ export class SqliteStore implements Store {
         `SELECT operation, sum(state = 'UNKNOWN') AS unknown, sum(state = 'NEEDS_REVIEW') AS needs_review
          FROM jobs WHERE state IN ('UNKNOWN','NEEDS_REVIEW') GROUP BY operation`,
       ).all() as { operation: string; unknown: number; needs_review: number }[];
-      const expired = this.stmt(`SELECT count(*) AS n FROM attempts WHERE state = 'LEASED' AND lease_expires_at <= ?`).get(now) as { n: number };
+      const expired = this.stmt(
+        `SELECT count(*) AS n FROM attempts WHERE state = 'LEASED' AND lease_expires_at <= ?`,
+      ).get(now) as { n: number };
       return {
         now,
         queues: [...byQueue.values()].sort((a, b) => a.queue.localeCompare(b.queue)),
-        byOperation: byOperation.map((r) => ({ operation: r.operation, unknown: r.unknown, needsReview: r.needs_review })),
+        byOperation: byOperation.map((r) => ({
+          operation: r.operation,
+          unknown: r.unknown,
+          needsReview: r.needs_review,
+        })),
         expiredLeases: expired.n,
       };
     });
