@@ -55,6 +55,7 @@ export class Worker extends EventEmitter implements AttemptHost {
   private stopping: Promise<void> | undefined;
   private loops: Promise<void>[] = [];
   private wake: (() => void) | undefined;
+  private subscription: { close(): Promise<void> } | undefined;
   private readonly onEnqueued = (op: string) => {
     if (this.ops.has(op)) this.wake?.();
   };
@@ -105,6 +106,14 @@ export class Worker extends EventEmitter implements AttemptHost {
     if (this.running) return;
     this.running = true;
     this.queue.notifier.on('enqueued', this.onEnqueued);
+    if (this.store.workSubscribe) {
+      try {
+        this.subscription = await this.store.workSubscribe({ queues: this.settings.queues, onWork: () => this.wake?.() });
+      } catch (err) {
+        // Polling still finds the work; notifications only cut latency.
+        this.reportError('subscribe', err);
+      }
+    }
     this.log.info(
       { ownerId: this.ownerId, operations: [...this.ops.keys()], ...this.settings },
       'worker started',
@@ -121,7 +130,6 @@ export class Worker extends EventEmitter implements AttemptHost {
         this.loop('reconcile', () => this.reconciler.runOnce(), this.settings.reconcileIntervalMs),
       );
     }
-    return Promise.resolve();
   }
 
   /** Graceful: stops claiming, lets in-flight attempts finish (aborting them after shutdownTimeoutMs). */
@@ -145,6 +153,8 @@ export class Worker extends EventEmitter implements AttemptHost {
     this.wake?.();
     await Promise.all(this.loops);
     this.loops = [];
+    await this.subscription?.close().catch((err: unknown) => this.reportError('subscribe', err));
+    this.subscription = undefined;
     this.log.info({ ownerId: this.ownerId }, 'worker stopped');
     this.emit('stopped');
   }

@@ -272,5 +272,12 @@ export interface Store {
   attemptExpireMany(p: { expiries: AttemptExpire[]; skewMs: number }): Promise<boolean[]>;
 
   eventAppendMany(p: { events: EventInsert[] }): Promise<void>;
+
+  /**
+   * Optional (capabilities.crossProcessNotify): calls `onWork` soon after jobs become available
+   * in one of `queues`, from any process. Best effort: workers still poll, so a lost
+   * notification only costs latency.
+   */
+  workSubscribe?(p: { queues: string[]; onWork: () => void }): Promise<{ close(): Promise<void> }>;
   statsGet(): Promise<StoreStats>;
 }
