@@ -193,10 +193,20 @@ export function toErrorInfo(err: unknown): ErrorInfo {
     };
   }
   if (err instanceof Error) {
-    const code = (err as { code?: unknown }).code;
-    return { name: err.name, message: err.message, ...(typeof code === 'string' ? { code } : {}) };
+    const code = errorCode(err);
+    return { name: err.name, message: err.message, ...(code ? { code } : {}) };
   }
   return { name: 'Error', message: String(err) };
+}
+
+/** The first string `code` along an error's cause chain (e.g. fetch's `cause.code = 'ECONNREFUSED'`). */
+export function errorCode(err: unknown): string | undefined {
+  for (let e: unknown = err, depth = 0; e && depth < 5; depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string') return code;
+    e = (e as { cause?: unknown }).cause;
+  }
+  return undefined;
 }
 
 function safeDetails(details: unknown): unknown {

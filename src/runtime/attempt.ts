@@ -9,6 +9,7 @@ import {
   DefiniteFailure,
   LeaseLost,
   ReckonError,
+  errorCode,
   toErrorInfo,
   type ErrorInfo,
 } from '../core/errors.js';
@@ -362,10 +363,6 @@ export class AttemptRun {
 }
 
 function provablyNotSent(err: unknown): boolean {
-  for (let e: unknown = err, depth = 0; e && depth < 4; depth++) {
-    const code = (e as { code?: unknown }).code;
-    if (typeof code === 'string' && NOT_SENT_CODES.has(code)) return true;
-    e = (e as { cause?: unknown }).cause;
-  }
-  return false;
+  const code = errorCode(err);
+  return code !== undefined && NOT_SENT_CODES.has(code);
 }

@@ -1,0 +1,166 @@
+import { describe, expect, it } from 'vitest';
+import { decideAfterAttempt, decideAfterLookup, decideSameKeyRetry } from '../src/core/decide.js';
+import { IllegalTransition, InvalidInput } from '../src/core/errors.js';
+import { canonicalJson, fingerprintOf } from '../src/core/json.js';
+import { defineOperation } from '../src/core/operation.js';
+import { backoffDelayMs } from '../src/core/retry.js';
+import {
+  assertAttemptTransition,
+  assertJobTransition,
+  canTransitionJob,
+  JOB_STATES,
+} from '../src/core/states.js';
+
+const policy = {
+  maxAttempts: 3,
+  backoff: { initialMs: 100, factor: 2, maxMs: 1_000 },
+  jitterSeed: 7,
+};
+
+describe('transition table', () => {
+  it('lets nothing leave a terminal state', () => {
+    for (const from of ['SUCCEEDED', 'FAILED', 'CANCELLED'] as const) {
+      for (const to of JOB_STATES) expect(canTransitionJob(from, to)).toBe(false);
+    }
+  });
+
+  it('throws on an illegal transition instead of ignoring it', () => {
+    expect(() => assertJobTransition('QUEUED', 'SUCCEEDED')).toThrow(IllegalTransition);
+    expect(() => assertJobTransition('UNKNOWN', 'LEASED')).toThrow(/UNKNOWN -> LEASED/);
+    expect(() => assertAttemptTransition('UNKNOWN', 'SUCCEEDED')).toThrow(IllegalTransition);
+    expect(() => assertAttemptTransition('LEASED', 'UNKNOWN')).not.toThrow();
+  });
+
+  it('never lets an UNKNOWN job be leased again without reconciliation', () => {
+    expect(canTransitionJob('UNKNOWN', 'LEASED')).toBe(false);
+    expect(canTransitionJob('UNKNOWN', 'QUEUED')).toBe(true);
+  });
+});
+
+describe('canonical JSON and fingerprints', () => {
+  it('ignores key order and whitespace', () => {
+    expect(canonicalJson({ b: 1, a: [1, { d: 2, c: 3 }] })).toBe('{"a":[1,{"c":3,"d":2}],"b":1}');
+    expect(fingerprintOf({ b: 1, a: 2 })).toBe(fingerprintOf({ a: 2, b: 1 }));
+    expect(fingerprintOf({ a: 2 })).not.toBe(fingerprintOf({ a: 3 }));
+    expect(fingerprintOf({ a: 1 })).toMatch(/^[0-9a-f]{64}$/);
+  });
+
+  it.each([
+    ['a function', { f: () => 1 }, /function at \$\.f/],
+    ['a BigInt', { n: 1n }, /BigInt at \$\.n/],
+    ['undefined at the top', undefined, /undefined/],
+    ['a Date', { d: new Date(0) }, /Date at \$\.d.*ISO/],
+    ['a Map', { m: new Map() }, /Map at \$\.m/],
+    ['NaN', { x: Number.NaN }, /non-finite/],
+    ['undefined in an array', [1, undefined], /undefined at \$\[1\]/],
+  ])('rejects %s with its path', (_name, value, message) => {
+    expect(() => canonicalJson(value)).toThrow(InvalidInput);
+    expect(() => canonicalJson(value)).toThrow(message);
+  });
+
+  it('rejects a cycle', () => {
+    const a: Record<string, unknown> = {};
+    a.self = a;
+    expect(() => canonicalJson(a)).toThrow(/cycle at \$\.self/);
+  });
+
+  it('accepts a shared (non-cyclic) reference', () => {
+    const shared = { x: 1 };
+    expect(canonicalJson({ a: shared, b: shared })).toBe('{"a":{"x":1},"b":{"x":1}}');
+  });
+});
+
+describe('decisions', () => {
+  it('retries a failure before send with backoff, then fails when out of attempts', () => {
+    const first = decideAfterAttempt({ state: 'FAILED_BEFORE_SEND' }, 1, policy);
+    expect(first.to).toBe('QUEUED');
+    expect(first.delayMs).toBeGreaterThanOrEqual(90);
+    expect(first.delayMs).toBeLessThanOrEqual(110);
+    expect(decideAfterAttempt({ state: 'FAILED_BEFORE_SEND' }, 3, policy)).toEqual({
+      to: 'FAILED',
+    });
+  });
+
+  it('never retries an UNKNOWN attempt directly', () => {
+    expect(decideAfterAttempt({ state: 'UNKNOWN' }, 1, policy)).toEqual({ to: 'UNKNOWN' });
+  });
+
+  it('retries a definite failure only when it says it is retryable', () => {
+    expect(decideAfterAttempt({ state: 'FAILED', retryable: false }, 1, policy)).toEqual({
+      to: 'FAILED',
+    });
+    expect(decideAfterAttempt({ state: 'FAILED', retryable: true }, 1, policy).to).toBe('QUEUED');
+  });
+
+  it('reads lookups: found, not found, inconclusive then review', () => {
+    const lookups = { failuresSoFar: 0, max: 3, backoffMs: 100, backoffMaxMs: 1_000 };
+    expect(decideAfterLookup({ kind: 'succeeded' }, 1, policy, lookups)).toMatchObject({
+      resolution: 'succeeded',
+      next: { to: 'SUCCEEDED' },
+    });
+    expect(decideAfterLookup({ kind: 'not_found' }, 1, policy, lookups)).toMatchObject({
+      resolution: 'not_found',
+      next: { to: 'QUEUED' },
+    });
+    expect(decideAfterLookup({ kind: 'not_found' }, 3, policy, lookups)).toMatchObject({
+      resolution: 'not_found',
+      next: { to: 'FAILED' },
+    });
+    const inconclusive = decideAfterLookup(
+      { kind: 'inconclusive', error: new Error('x') },
+      1,
+      policy,
+      { ...lookups, failuresSoFar: 1 },
+    );
+    expect(inconclusive).toEqual({ next: { to: 'UNKNOWN' }, recheckDelayMs: 200 });
+    expect(
+      decideAfterLookup({ kind: 'inconclusive', error: new Error('x') }, 1, policy, {
+        ...lookups,
+        failuresSoFar: 2,
+      }),
+    ).toEqual({ next: { to: 'NEEDS_REVIEW' } });
+  });
+
+  it('same-key retry goes to review when out of attempts', () => {
+    expect(decideSameKeyRetry(1, policy)).toMatchObject({
+      resolution: 'retry',
+      next: { to: 'QUEUED' },
+    });
+    expect(decideSameKeyRetry(3, policy)).toEqual({ next: { to: 'NEEDS_REVIEW' } });
+  });
+
+  it('backoff grows by the factor and stops at maxMs', () => {
+    const b = { initialMs: 100, factor: 2, maxMs: 1_000 };
+    const delays = [2, 3, 4, 5, 6, 7].map((n) => backoffDelayMs(b, n, 1));
+    expect(delays[1]! / delays[0]!).toBeGreaterThan(1.6);
+    expect(Math.max(...delays)).toBeLessThanOrEqual(1_000);
+    expect(backoffDelayMs(b, 2, 1)).toBe(backoffDelayMs(b, 2, 1));
+  });
+});
+
+describe('defineOperation', () => {
+  const execute = () => Promise.resolve(1);
+  it('picks the recovery path of DESIGN §4', () => {
+    expect(
+      defineOperation({
+        name: 'a',
+        execute,
+        lookup: () => Promise.resolve({ found: false as const }),
+      }).recovery,
+    ).toBe('lookup');
+    expect(defineOperation({ name: 'b', execute, idempotentWithKey: true }).recovery).toBe(
+      'same-key',
+    );
+    expect(defineOperation({ name: 'c', execute }).recovery).toBe('review');
+  });
+
+  it('rejects bad definitions with a clear error', () => {
+    expect(() => defineOperation({ name: '', execute })).toThrow(/name "" is invalid/);
+    expect(() => defineOperation({ name: 'x y', execute })).toThrow(InvalidInput);
+    expect(() => defineOperation({ name: 'x', execute, retry: { maxAttempts: 0 } })).toThrow(
+      /maxAttempts/,
+    );
+    expect(() => defineOperation({ name: 'x', execute, timeoutMs: -1 })).toThrow(/timeoutMs/);
+    expect(() => defineOperation({ name: 'x' } as never)).toThrow(/execute must be a function/);
+  });
+});

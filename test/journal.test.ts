@@ -1,0 +1,517 @@
+/**
+ * The queue API on the embedded store: delivery, dedup, bad input, store errors, outcomes.
+ */
+import { execFileSync, spawn } from 'node:child_process';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { afterEach, describe, expect, it } from 'vitest';
+import {
+  DefiniteFailure,
+  InvalidInput,
+  JobStateConflict,
+  PayloadTooLarge,
+  RequestKeyConflict,
+  SchemaTooNew,
+  StoreCorrupt,
+  UnknownOperation,
+  defineOperation,
+  openQueue,
+  type Queue,
+} from '../src/index.js';
+import { tempSqliteStore, type TestStore } from './helpers/stores.js';
+
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  while (cleanups.length) await cleanups.pop()!();
+});
+
+async function queue(
+  options: Parameters<typeof openQueue>[0] = {},
+): Promise<{ q: Queue; store: TestStore }> {
+  const store = tempSqliteStore();
+  const q = await openQueue({ store: store.url, ...options });
+  cleanups.push(async () => {
+    await q.close();
+    await store.drop();
+  });
+  return { q, store };
+}
+
+const send = defineOperation({
+  name: 'mail.send',
+  fingerprint: (input: { to: string; body?: string }) => ({ to: input.to }),
+  execute: (input, ctx) => ctx.dispatch(() => Promise.resolve({ delivered: input.to })),
+});
+
+async function until<T>(
+  what: string,
+  fn: () => Promise<T | undefined | null | false>,
+  ms = 10_000,
+): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+describe('delivery (invariant 1)', () => {
+  it('every job whose enqueue resolved survives a SIGKILL of the enqueuing process', async () => {
+    const store = tempSqliteStore();
+    cleanups.push(() => store.drop());
+    const child = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/enqueue-loop.ts'], {
+      env: { ...process.env, STORE_URL: store.url },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    const acknowledged: string[] = [];
+    let buffer = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      buffer += chunk.toString();
+      const lines = buffer.split('\n');
+      buffer = lines.pop()!;
+      for (const line of lines) if (line !== 'ready') acknowledged.push(line);
+    });
+    await until(
+      '200 acknowledged enqueues',
+      () => Promise.resolve(acknowledged.length >= 200),
+      30_000,
+    );
+    child.kill('SIGKILL');
+    await new Promise((r) => child.once('exit', r));
+    const q = await openQueue({ store: store.url });
+    cleanups.push(() => q.close());
+    for (const id of acknowledged) expect((await q.job(id))?.job.state, id).toBe('QUEUED');
+  });
+});
+
+describe('request-key dedup (invariant 9)', () => {
+  it('returns the existing job for the same key and fingerprint, and records the decision', async () => {
+    const { q } = await queue();
+    const a = await q.enqueue(send, { to: 'ann@example.com', body: 'v1' }, { key: 'welcome:ann' });
+    // body is not part of the fingerprint: same request
+    const b = await q.enqueue(send, { to: 'ann@example.com', body: 'v2' }, { key: 'welcome:ann' });
+    expect(b.id).toBe(a.id);
+    expect(b.deduplicated).toBe(true);
+    expect(a.deduplicated).toBe(false);
+    const detail = await q.job(a.id);
+    expect(detail!.events.map((e) => e.kind)).toEqual(['enqueued', 'enqueue-deduplicated']);
+    expect(detail!.job.input).toEqual({ to: 'ann@example.com', body: 'v1' });
+  });
+
+  it('refuses another fingerprint under the same key and changes nothing, for the whole batch', async () => {
+    const { q } = await queue();
+    await q.enqueue(send, { to: 'ann@example.com' }, { key: 'k1' });
+    await expect(q.enqueue(send, { to: 'bob@example.com' }, { key: 'k1' })).rejects.toThrow(
+      RequestKeyConflict,
+    );
+    await expect(
+      q.enqueueMany(send, [
+        { input: { to: 'carl@example.com' }, key: 'k2' },
+        { input: { to: 'bob@example.com' }, key: 'k1' },
+      ]),
+    ).rejects.toBeInstanceOf(RequestKeyConflict);
+    const jobs = await q.jobs();
+    expect(jobs.map((j) => j.requestKey)).toEqual(['k1']);
+    expect(jobs[0]!.input).toEqual({ to: 'ann@example.com' });
+  });
+
+  it('derives the key from runId:stepId, and from the job id when none is given', async () => {
+    const { q } = await queue();
+    const step = await q.enqueue(send, { to: 'a@x' }, { runId: 'run-7', stepId: 'submit' });
+    expect(step.requestKey).toBe('run-7:submit');
+    const plain = await q.enqueue(send, { to: 'a@x' });
+    expect(plain.requestKey).toBe(`job:${plain.id}`);
+  });
+});
+
+describe('bad input never corrupts (invariant 10)', () => {
+  const cycle: Record<string, unknown> = {};
+  cycle.self = cycle;
+  it.each([
+    ['a function', { f: () => 1 }, InvalidInput],
+    ['a cycle', cycle, InvalidInput],
+    ['a BigInt', { amount: 10n }, InvalidInput],
+    ['undefined at the top', undefined, InvalidInput],
+  ])('rejects a payload with %s, writing nothing', async (_name, input, type) => {
+    const { q } = await queue();
+    await expect(q.enqueue(send, input as never)).rejects.toBeInstanceOf(type);
+    expect(await q.jobs()).toEqual([]);
+  });
+
+  it('rejects a payload over the limit (default 1 MiB, configurable)', async () => {
+    const { q } = await queue();
+    const big = { to: 'x', body: 'a'.repeat(1024 * 1024) };
+    await expect(q.enqueue(send, big)).rejects.toBeInstanceOf(PayloadTooLarge);
+    const { q: small } = await queue({ payloadBytesMax: 100 });
+    await expect(small.enqueue(send, { to: 'x', body: 'a'.repeat(200) })).rejects.toThrow(
+      /over the limit of 100 bytes/,
+    );
+    await small.enqueue(send, { to: 'x' });
+    expect(await q.jobs()).toEqual([]);
+  });
+
+  it('rejects an unknown operation by name', async () => {
+    const { q } = await queue({ operations: [send] });
+    await expect(q.enqueue('mail.sned', { to: 'x' })).rejects.toThrow(UnknownOperation);
+    await expect(q.enqueue('mail.sned', { to: 'x' })).rejects.toThrow(/known: mail\.send/);
+    await q.enqueue('mail.send', { to: 'x' });
+  });
+
+  it.each([
+    ['an empty key', { key: '' }, /key is empty/],
+    ['an over-long key', { key: 'k'.repeat(513) }, /over the limit of 512/],
+    ['a key with control characters', { key: 'a\nb' }, /control characters/],
+    ['both key and runId', { key: 'a', runId: 'r', stepId: 's' }, /either key or runId/],
+    ['an empty stepId', { runId: 'r', stepId: '' }, /stepId is empty/],
+    ['a bad queue name', { queue: 'no spaces' }, /queue "no spaces" is invalid/],
+    ['a fractional priority', { priority: 1.5 }, /priority/],
+  ])('rejects %s', async (_name, options, message) => {
+    const { q } = await queue();
+    await expect(q.enqueue(send, { to: 'x' }, options)).rejects.toThrow(message);
+    expect(await q.jobs()).toEqual([]);
+  });
+
+  it('rejects an input the operation’s validate refuses', async () => {
+    const strict = defineOperation({
+      name: 'strict',
+      validate: (input: unknown) => {
+        if (typeof (input as { n?: unknown }).n !== 'number') throw new Error('n must be a number');
+        return input as { n: number };
+      },
+      execute: () => Promise.resolve(null),
+    });
+    const { q } = await queue();
+    await expect(q.enqueue(strict, { n: 'one' } as never)).rejects.toThrow(
+      /validate: n must be a number/,
+    );
+  });
+});
+
+describe('store errors are typed', () => {
+  const dirs: string[] = [];
+  afterEach(() => dirs.splice(0).forEach((d) => rmSync(d, { recursive: true, force: true })));
+  const dir = () => {
+    const d = mkdtempSync(join(tmpdir(), 'reckon-bad-'));
+    dirs.push(d);
+    return d;
+  };
+
+  it('a corrupted file', async () => {
+    const path = join(dir(), 'bad.db');
+    writeFileSync(path, 'this is not a database, just some text that is long enough'.repeat(100));
+    await expect(openQueue({ store: `sqlite:${path}` })).rejects.toBeInstanceOf(StoreCorrupt);
+  });
+
+  it('a database whose pages were damaged after it was written', async () => {
+    const path = join(dir(), 'damaged.db');
+    const q = await openQueue({ store: `sqlite:${path}` });
+    for (let i = 0; i < 200; i++) await q.enqueue(send, { to: `u${i}@x`, body: 'x'.repeat(200) });
+    await q.close();
+    const db = new Database(path);
+    db.pragma('wal_checkpoint(TRUNCATE)');
+    db.close();
+    const { openSync, writeSync, closeSync } = await import('node:fs');
+    const fd = openSync(path, 'r+');
+    writeSync(fd, Buffer.alloc(4096 * 3, 0xab), 0, 4096 * 3, 4096 * 2);
+    closeSync(fd);
+    await expect(openQueue({ store: `sqlite:${path}` })).rejects.toBeInstanceOf(StoreCorrupt);
+  });
+
+  it('a read-only file', async () => {
+    const d = dir();
+    const path = join(d, 'ro.db');
+    const q = await openQueue({ store: `sqlite:${path}` });
+    await q.close();
+    chmodSync(path, 0o444);
+    chmodSync(d, 0o555);
+    try {
+      // root ignores file modes: open it as an unprivileged user instead.
+      const asRoot = process.getuid?.() === 0;
+      const cmd = asRoot ? 'runuser' : process.execPath;
+      const args = ['--import', 'tsx', 'test/fixtures/open-store.ts'];
+      const out = execFileSync(
+        cmd,
+        asRoot ? ['-u', 'nobody', '--', process.execPath, ...args] : args,
+        {
+          env: {
+            ...process.env,
+            STORE_URL: `sqlite:${path}`,
+            TSX_TSCONFIG_PATH: 'tsconfig.json',
+            HOME: tmpdir(),
+          },
+          encoding: 'utf8',
+        },
+      );
+      expect(JSON.parse(out)).toMatchObject({
+        ok: false,
+        name: 'StoreReadOnly',
+        code: 'STORE_READ_ONLY',
+      });
+    } finally {
+      chmodSync(d, 0o755);
+    }
+  });
+
+  it('a database from a newer schema version', async () => {
+    const path = join(dir(), 'new.db');
+    const q = await openQueue({ store: `sqlite:${path}` });
+    await q.close();
+    const db = new Database(path);
+    db.prepare('INSERT INTO reckon_migrations (version, name, applied_at) VALUES (999, ?, 0)').run(
+      'from the future',
+    );
+    db.close();
+    await expect(openQueue({ store: `sqlite:${path}` })).rejects.toBeInstanceOf(SchemaTooNew);
+    await expect(openQueue({ store: `sqlite:${path}` })).rejects.toThrow(
+      /schema version 999, newer than this reckon supports \(1\)/,
+    );
+  });
+});
+
+describe('outcomes', () => {
+  const fast = {
+    concurrency: 4,
+    leaseMs: 2_000,
+    pollIntervalMs: 10,
+    reclaimIntervalMs: 50,
+    reconcileIntervalMs: 50,
+  };
+
+  it('a definite failure is FAILED, and not retried unless retryable', async () => {
+    let calls = 0;
+    const charge = defineOperation({
+      name: 'card.charge',
+      execute: (_input: { cents: number }, ctx) =>
+        ctx.dispatch(() => {
+          calls++;
+          return Promise.reject(
+            new DefiniteFailure('card declined', {
+              retryable: false,
+              details: { code: 'declined' },
+            }),
+          );
+        }),
+    });
+    const { q } = await queue();
+    const job = await q.enqueue(charge, { cents: 100 });
+    const w = q.worker({ operations: [charge], ...fast });
+    const failed = new Promise((r) => w.once('failed', r));
+    await w.start();
+    await failed;
+    await w.stop();
+    const detail = (await q.job(job.id))!;
+    expect(detail.job.state).toBe('FAILED');
+    expect(detail.job.error).toMatchObject({
+      message: 'card declined',
+      details: { code: 'declined' },
+    });
+    expect(detail.attempts.map((a) => a.state)).toEqual(['FAILED']);
+    expect(calls).toBe(1);
+  });
+
+  it('a plain error after dispatch is UNKNOWN, never retried; with no recovery path it waits for review', async () => {
+    let calls = 0;
+    const post = defineOperation({
+      name: 'form.post',
+      execute: (_input: object, ctx) =>
+        ctx.dispatch(() => {
+          calls++;
+          return Promise.reject(new Error('socket hang up'));
+        }),
+    });
+    const { q } = await queue();
+    const job = await q.enqueue(post, {});
+    const w = q.worker({ operations: [post], ...fast });
+    const review = new Promise((r) => w.once('review', r));
+    await w.start();
+    await review;
+    await w.stop();
+    const detail = (await q.job(job.id))!;
+    expect(detail.job.state).toBe('NEEDS_REVIEW');
+    expect(detail.attempts).toHaveLength(1);
+    expect(detail.attempts[0]).toMatchObject({ state: 'UNKNOWN', reason: 'no-definitive-answer' });
+    expect(detail.attempts[0]!.dispatchedAt).not.toBeNull();
+    expect(detail.events.at(-1)).toMatchObject({
+      kind: 'review',
+      fromState: 'UNKNOWN',
+      toState: 'NEEDS_REVIEW',
+    });
+    expect(calls).toBe(1);
+
+    const listed = await q.review.list();
+    expect(listed.map((d) => d.job.id)).toEqual([job.id]);
+    await expect(q.review.resolve(job.id, { as: 'succeeded', actor: '' })).rejects.toThrow(
+      /needs an actor/,
+    );
+    const resolved = await q.review.resolve(job.id, {
+      as: 'succeeded',
+      actor: 'dana',
+      note: 'form visible in the CRM',
+    });
+    expect(resolved.state).toBe('SUCCEEDED');
+    const after = (await q.job(job.id))!;
+    expect(after.attempts[0]).toMatchObject({
+      resolution: 'succeeded',
+      resolutionSource: 'operator:dana',
+      resolutionEvidence: { note: 'form visible in the CRM' },
+    });
+    expect(after.events.at(-1)).toMatchObject({
+      kind: 'resolved',
+      actor: 'operator:dana',
+      detail: { as: 'succeeded', note: 'form visible in the CRM' },
+    });
+    await expect(q.review.resolve(job.id, { as: 'failed', actor: 'dana' })).rejects.toBeInstanceOf(
+      JobStateConflict,
+    );
+    expect(calls).toBe(1);
+  });
+
+  it('connection refused is provably not sent: FAILED_BEFORE_SEND and retried', async () => {
+    const closed = await new Promise<number>((resolve) => {
+      const srv = createServer();
+      srv.listen(0, '127.0.0.1', () => {
+        const port = (srv.address() as { port: number }).port;
+        srv.close(() => resolve(port));
+      });
+    });
+    const call = defineOperation({
+      name: 'api.call',
+      retry: { maxAttempts: 2, backoff: { initialMs: 10, factor: 1, maxMs: 10 } },
+      execute: (_input: object, ctx) =>
+        ctx.dispatch(() => fetch(`http://127.0.0.1:${closed}/`).then((r) => r.status)),
+    });
+    const { q } = await queue();
+    const job = await q.enqueue(call, {});
+    const w = q.worker({ operations: [call], ...fast });
+    const failed = new Promise((r) => w.once('failed', r));
+    await w.start();
+    await failed;
+    await w.stop();
+    const detail = (await q.job(job.id))!;
+    expect(detail.job.state).toBe('FAILED');
+    expect(detail.attempts.map((a) => a.state)).toEqual([
+      'FAILED_BEFORE_SEND',
+      'FAILED_BEFORE_SEND',
+    ]);
+    expect(detail.attempts[0]!.reason).toBe('not-sent: ECONNREFUSED');
+  });
+
+  it('a throw before dispatch is FAILED_BEFORE_SEND and the retry uses the same request key', async () => {
+    const keys: string[] = [];
+    let n = 0;
+    const flaky = defineOperation({
+      name: 'flaky.build',
+      retry: { maxAttempts: 3, backoff: { initialMs: 5, factor: 1, maxMs: 5 } },
+      execute: (_input: object, ctx) => {
+        if (++n === 1) throw new Error('template missing');
+        return ctx.dispatch(() => {
+          keys.push(ctx.requestKey);
+          return Promise.resolve('ok');
+        });
+      },
+    });
+    const { q } = await queue();
+    const job = await q.enqueue(flaky, {}, { key: 'stable-key' });
+    const w = q.worker({ operations: [flaky], ...fast });
+    const ok = new Promise((r) => w.once('succeeded', r));
+    await w.start();
+    await ok;
+    await w.stop();
+    const detail = (await q.job(job.id))!;
+    expect(detail.attempts.map((a) => [a.state, a.requestKey])).toEqual([
+      ['FAILED_BEFORE_SEND', 'stable-key'],
+      ['SUCCEEDED', 'stable-key'],
+    ]);
+    expect(detail.attempts[0]!.reason).toMatch(/threw-before-dispatch: template missing/);
+    expect(keys).toEqual(['stable-key']);
+  });
+
+  it('an attempt that outlives its timeout after dispatch is UNKNOWN', async () => {
+    const slow = defineOperation({
+      name: 'slow.call',
+      timeoutMs: 100,
+      execute: (_input: object, ctx) =>
+        ctx.dispatch(
+          () =>
+            new Promise((_, reject) =>
+              ctx.signal.addEventListener('abort', () => reject(new Error('aborted'))),
+            ),
+        ),
+    });
+    const { q } = await queue();
+    const job = await q.enqueue(slow, {});
+    const w = q.worker({ operations: [slow], ...fast, recover: false });
+    const unknown = new Promise((r) => w.once('unknown', r));
+    await w.start();
+    await unknown;
+    await w.stop();
+    expect((await q.job(job.id))!.attempts[0]).toMatchObject({ state: 'UNKNOWN' });
+  });
+
+  it('calling dispatch twice in one attempt is refused', async () => {
+    let effects = 0;
+    const twice = defineOperation({
+      name: 'twice',
+      retry: { maxAttempts: 1 },
+      execute: async (_input: object, ctx) => {
+        await ctx.dispatch(() => Promise.resolve(effects++));
+        return ctx.dispatch(() => Promise.resolve(effects++));
+      },
+    });
+    const { q } = await queue();
+    await q.enqueue(twice, {});
+    const w = q.worker({ operations: [twice], ...fast, recover: false });
+    const settled = new Promise(
+      (r) => (w.once('unknown', r), w.once('failed', r), w.once('succeeded', r)),
+    );
+    await w.start();
+    await settled;
+    await w.stop();
+    expect(effects).toBe(1);
+  });
+});
+
+describe('cancel', () => {
+  it('cancels a queued job, and refuses once its request was dispatched', async () => {
+    const { q } = await queue();
+    const job = await q.enqueue(send, { to: 'x' }, { delayMs: 60_000 });
+    expect((await q.cancel(job.id, { actor: 'ops', reason: 'customer asked' })).state).toBe(
+      'CANCELLED',
+    );
+    await expect(q.cancel(job.id)).rejects.toBeInstanceOf(JobStateConflict);
+
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const held = defineOperation({
+      name: 'held',
+      execute: (_i: object, ctx) => ctx.dispatch(() => gate),
+    });
+    const second = await q.enqueue(held, {});
+    const w = q.worker({ operations: [held], pollIntervalMs: 10 });
+    await w.start();
+    await until('dispatch', async () => (await q.job(second.id))!.attempts[0]?.dispatchedAt);
+    await expect(q.cancel(second.id)).rejects.toThrow(/already dispatched/);
+    release();
+    await w.stop();
+    expect((await q.job(second.id))!.job.state).toBe('SUCCEEDED');
+  });
+});
+
+describe('evidence trail (invariant 8)', () => {
+  it('events cannot be updated or deleted', async () => {
+    const { q, store } = await queue();
+    await q.enqueue(send, { to: 'x' });
+    const db = new Database(store.url.slice('sqlite:'.length));
+    try {
+      expect(() => db.prepare("UPDATE events SET kind = 'forged'").run()).toThrow(/append-only/);
+      expect(() => db.prepare('DELETE FROM events').run()).toThrow(/append-only/);
+    } finally {
+      db.close();
+    }
+  });
+});
