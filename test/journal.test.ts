@@ -522,3 +522,32 @@ describe('evidence trail (invariant 8)', () => {
     }
   });
 });
+
+describe('graceful stop', () => {
+  it('keeps heartbeating while it drains, so a long attempt finishes under its own lease', async () => {
+    let effects = 0;
+    const long = defineOperation({
+      name: 'long.call',
+      execute: (_i: object, ctx) =>
+        ctx.dispatch(async () => {
+          effects++;
+          await new Promise((r) => setTimeout(r, 900));
+          return 'done';
+        }),
+    });
+    const { q } = await queue();
+    const job = await q.enqueue(long, {});
+    const w = q.worker({ operations: [long], leaseMs: 300, pollIntervalMs: 10, reclaimIntervalMs: 50, clockSkewToleranceMs: 0 });
+    await w.start();
+    await until('dispatch', async () => (await q.job(job.id))!.attempts[0]?.dispatchedAt);
+    // A second worker's reclaimer would take the attempt over if the first stopped heartbeating.
+    const other = q.worker({ operations: [long], leaseMs: 300, pollIntervalMs: 10, reclaimIntervalMs: 20, clockSkewToleranceMs: 0 });
+    await other.start();
+    await w.stop();
+    await other.stop();
+    const detail = (await q.job(job.id))!;
+    expect(detail.job.state).toBe('SUCCEEDED');
+    expect(detail.attempts.map((a) => a.state)).toEqual(['SUCCEEDED']);
+    expect(effects).toBe(1);
+  });
+});

@@ -54,6 +54,10 @@ export class Worker extends EventEmitter implements AttemptHost {
   private running = false;
   private stopping: Promise<void> | undefined;
   private loops: Promise<void>[] = [];
+  /** Aborted when stop() begins (claim, reclaim, reconcile end) ... */
+  private stopSignal = new AbortController();
+  /** ... and this one once the attempts in flight are drained (heartbeats end). */
+  private drainedSignal = new AbortController();
   private wake: (() => void) | undefined;
   private subscription: { close(): Promise<void> } | undefined;
   private readonly onEnqueued = (op: string) => {
@@ -118,9 +122,13 @@ export class Worker extends EventEmitter implements AttemptHost {
       { ownerId: this.ownerId, operations: [...this.ops.keys()], ...this.settings },
       'worker started',
     );
+    this.stopSignal = new AbortController();
+    this.drainedSignal = new AbortController();
+    this.stopping = undefined;
     this.loops = [
-      this.loop('claim', () => this.claimOnce(), 0),
-      this.loop('heartbeat', () => this.heartbeatOnce(), this.settings.heartbeatIntervalMs),
+      this.loop('claim', () => this.claimOnce(), this.settings.pollIntervalMs),
+      // Heartbeats go on while stop() drains the attempts in flight.
+      this.loop('heartbeat', () => this.heartbeatOnce(), this.settings.heartbeatIntervalMs, 'drained'),
     ];
     if (this.settings.recover) {
       this.loops.push(
@@ -142,6 +150,7 @@ export class Worker extends EventEmitter implements AttemptHost {
   private async shutdown(): Promise<void> {
     this.log.info({ ownerId: this.ownerId, inFlight: this.inFlight.size }, 'worker stopping');
     this.queue.notifier.off('enqueued', this.onEnqueued);
+    this.stopSignal.abort();
     const drained = Promise.all([...this.inFlight.values()].map((f) => f.done));
     const timer = setTimeout(() => {
       for (const { run } of this.inFlight.values())
@@ -150,7 +159,7 @@ export class Worker extends EventEmitter implements AttemptHost {
     await drained;
     clearTimeout(timer);
     this.running = false;
-    this.wake?.();
+    this.drainedSignal.abort();
     await Promise.all(this.loops);
     this.loops = [];
     await this.subscription?.close().catch((err: unknown) => this.reportError('subscribe', err));
@@ -159,37 +168,32 @@ export class Worker extends EventEmitter implements AttemptHost {
     this.emit('stopped');
   }
 
-  /** A loop that runs `once` until stop; `once` returns true when it should run again at once. */
-  private async loop(
-    name: string,
-    once: () => Promise<unknown>,
-    intervalMs: number,
-  ): Promise<void> {
-    while (this.running && !this.stopping) {
+  /**
+   * Runs `once` until stop() begins (or, for 'drained' loops, until in-flight attempts are
+   * drained); `once` returns true when it should run again at once.
+   */
+  private async loop(name: string, once: () => Promise<unknown>, intervalMs: number, until: 'stop' | 'drained' = 'stop'): Promise<void> {
+    const signal = until === 'stop' ? this.stopSignal.signal : this.drainedSignal.signal;
+    while (!signal.aborted) {
       let again = false;
       try {
         again = (await once()) === true;
       } catch (err) {
         this.reportError(name, err);
       }
-      if (again || !this.running || this.stopping) continue;
-      const ms = name === 'claim' ? this.settings.pollIntervalMs : intervalMs;
-      await this.nap(ms, name === 'claim');
+      if (again || signal.aborted) continue;
+      await this.nap(intervalMs, signal, name === 'claim');
     }
   }
 
-  private async nap(ms: number, wakeable: boolean): Promise<void> {
+  private async nap(ms: number, stop: AbortSignal, wakeable: boolean): Promise<void> {
     const ac = new AbortController();
     if (wakeable) this.wake = () => ac.abort();
-    const stopWatch = setInterval(() => {
-      if (this.stopping) ac.abort();
-    }, 50);
     try {
-      await sleep(ms, undefined, { signal: ac.signal });
+      await sleep(ms, undefined, { signal: AbortSignal.any([ac.signal, stop]) });
     } catch {
-      /* woken */
+      /* woken or stopping */
     } finally {
-      clearInterval(stopWatch);
       if (wakeable) this.wake = undefined;
     }
   }
