@@ -40,10 +40,3 @@ export function createLogger(options: LoggerOptions = {}): Logger {
     options.destination ?? pino.destination({ dest: 2, sync: false }),
   );
 }
-
-export const silentLogger: Logger = {
-  debug: () => undefined,
-  info: () => undefined,
-  warn: () => undefined,
-  error: () => undefined,
-};

@@ -18,6 +18,7 @@ import type { Logger, OperationContext, AnyOperation } from '../core/operation.j
 import { seedOf } from '../core/retry.js';
 import type { AttemptFinish, ClaimedAttempt, LeaseRef, Store } from '../store/store.js';
 import type { Faults } from './faults.js';
+import type { RuntimeObserver } from './observer.js';
 
 export type AttemptEnd =
   | {
@@ -36,6 +37,7 @@ export interface AttemptHost {
   readonly ownerId: string;
   readonly leaseMs: number;
   readonly safetyMarginMs: number;
+  readonly observer: RuntimeObserver;
   /** Called with the fenced-out outcome, to keep it as evidence (and maybe resolve UNKNOWN). */
   lateEvidence(
     claimed: ClaimedAttempt,
@@ -255,6 +257,11 @@ export class AttemptRun {
     }
     if (!mark?.ok) {
       this.dispatchState = 'refused';
+      // A worker that lost its lease was stopped before it could send a second request.
+      this.host.observer.duplicatePrevented({
+        operation: this.op.name,
+        kind: 'stale_worker_fenced',
+      });
       this.lost(`store refused the dispatch marker: ${mark?.reason ?? 'no answer'}`);
       throw new NotDispatched(
         `the store refused the dispatch marker (${mark?.reason ?? 'no answer'}); nothing was sent`,
@@ -262,6 +269,12 @@ export class AttemptRun {
     }
     this.dispatchState = 'marked';
     this.log.debug({}, 'dispatch marker committed');
+    const { job } = this.claimed;
+    this.host.observer.dispatched({
+      operation: job.operation,
+      queue: job.queue,
+      queueAgeMs: mark.dispatchedAt - job.createdAt,
+    });
     const pending = fn();
     this.host.faults.hit('after-send-before-response', this.lease);
     const value = await pending;
@@ -358,6 +371,18 @@ export class AttemptRun {
       return { kind: 'fenced', outcome, result, error };
     }
     this.log.info({ outcome: attemptState, jobState: next.to }, 'attempt finished');
+    const { observer } = this.host;
+    observer.attemptFinished({ operation: job.operation, state: attemptState });
+    if (attemptState === 'UNKNOWN')
+      observer.unknown({ operation: job.operation, source: 'worker' });
+    if (next.to === 'SUCCEEDED' || next.to === 'FAILED') {
+      observer.completed({
+        operation: job.operation,
+        queue: job.queue,
+        state: next.to,
+        ageMs: Date.now() - job.createdAt,
+      });
+    }
     return { kind: 'finished', outcome, jobState: next.to, result, error };
   }
 }

@@ -10,9 +10,10 @@ import type { Logger } from '../core/operation.js';
 import { seedOf } from '../core/retry.js';
 import type { JobState } from '../core/states.js';
 import type { ClaimedAttempt, Store } from '../store/store.js';
+import type { RuntimeObserver } from './observer.js';
 
 export async function recordLateEvidence(
-  host: { store: Store; log: Logger; ownerId: string },
+  host: { store: Store; log: Logger; ownerId: string; observer: RuntimeObserver },
   claimed: ClaimedAttempt,
   outcome: AttemptOutcome,
   result: unknown,
@@ -71,6 +72,12 @@ export async function recordLateEvidence(
         },
         'UNKNOWN attempt resolved by late evidence from its worker',
       );
+      host.observer.reconciled({
+        operation: job.operation,
+        path: 'late-worker',
+        resolution: outcome.state === 'SUCCEEDED' ? 'succeeded' : 'failed',
+        latencyMs: Date.now() - (attempt.finishedAt ?? Date.now()),
+      });
       return next.to;
     }
   }

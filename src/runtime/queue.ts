@@ -9,7 +9,7 @@ import { isOperation, type Logger, type Operation, type AnyOperation } from '../
 import type { JobState } from '../core/states.js';
 import { isJobState } from '../core/states.js';
 import type { JobDetail, JobInsert, JobRecord, Store } from '../store/store.js';
-import { silentLogger } from '../observe/logger.js';
+import { noopObserver, silentLogger, type RuntimeObserver } from './observer.js';
 import { Faults } from './faults.js';
 import { Reclaimer } from './reclaimer.js';
 import { Review } from './review.js';
@@ -25,6 +25,8 @@ export interface QueueOptions {
   /** Recorded as the actor of enqueue events. */
   actor?: string;
   faults?: Faults;
+  /** Receives what the runtime does, for metrics (see `Metrics` in reckon's observe module). */
+  observer?: RuntimeObserver;
 }
 
 export interface EnqueueOptions {
@@ -60,6 +62,7 @@ export class Queue {
   readonly review: Review;
   readonly log: Logger;
   readonly faults: Faults;
+  readonly observer: RuntimeObserver;
   /** Local wake-ups: workers of this queue pick up new work without waiting for a poll. */
   readonly notifier = new EventEmitter();
   private readonly operations = new Map<string, AnyOperation>();
@@ -73,6 +76,7 @@ export class Queue {
     this.store = store;
     this.log = options.logger ?? silentLogger;
     this.faults = options.faults ?? Faults.fromEnv();
+    this.observer = options.observer ?? noopObserver;
     this.payloadBytesMax = options.payloadBytesMax ?? LIMITS.payloadBytesMax;
     this.keyLengthMax = options.requestKeyLengthMax ?? LIMITS.requestKeyLengthMax;
     this.actor = options.actor ?? 'api';
@@ -131,6 +135,11 @@ export class Queue {
     }
     const results = await this.store.jobInsertMany({ jobs: inserts, actor: this.actor });
     for (const r of results) {
+      this.observer.enqueued({
+        operation: r.job.operation,
+        queue: r.job.queue,
+        created: r.created,
+      });
       this.log.info(
         {
           jobId: r.job.id,

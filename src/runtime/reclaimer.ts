@@ -9,12 +9,14 @@ import { DEFAULT_RECONCILE, type AnyOperation, type Logger } from '../core/opera
 import { seedOf } from '../core/retry.js';
 import type { AttemptExpire, JobRecord, Store } from '../store/store.js';
 import type { Faults } from './faults.js';
+import type { RuntimeObserver } from './observer.js';
 import type { JobEvent } from './worker.js';
 
 interface ReclaimerHost {
   readonly store: Store;
   readonly faults: Faults;
   readonly log: Logger;
+  readonly observer: RuntimeObserver;
   operation(name: string): AnyOperation | undefined;
 }
 
@@ -75,6 +77,9 @@ export class Reclaimer {
       if (!ok) return;
       const e = expiries[i]!;
       const { job } = expired[i]!;
+      const operation = job.operation;
+      this.host.observer.leaseExpired({ operation, dispatched: e.state === 'UNKNOWN' });
+      if (e.state === 'UNKNOWN') this.host.observer.unknown({ operation, source: 'reclaimer' });
       if (e.state === 'UNKNOWN') this.counts.unknown++;
       else this.counts.failedBeforeSend++;
       this.host.log.warn(

@@ -14,11 +14,13 @@ import { encodeResult, type Json } from '../core/json.js';
 import type { Logger, LookupResult, AnyOperation } from '../core/operation.js';
 import type { ClaimedAttempt, JobTransition, Store } from '../store/store.js';
 import { policyOf } from './reclaimer.js';
+import type { RuntimeObserver } from './observer.js';
 import type { JobEvent } from './worker.js';
 
 interface ReconcilerHost {
   readonly store: Store;
   readonly log: Logger;
+  readonly observer: RuntimeObserver;
 }
 
 interface Notifier {
@@ -137,6 +139,18 @@ export class Reconciler {
       { ...fields, path, resolution: decision.resolution },
       t.to === 'NEEDS_REVIEW' ? 'UNKNOWN job needs review' : 'UNKNOWN job reconciled',
     );
+    const operation = job.operation;
+    const latencyMs = Date.now() - (attempt.finishedAt ?? attempt.dispatchedAt ?? Date.now());
+    this.host.observer.reconciled({
+      operation,
+      path: path === 'same-key' ? 'same-key' : path === 'lookup' ? 'lookup' : 'review',
+      resolution: decision.resolution ?? 'needs_review',
+      latencyMs,
+    });
+    if (verdict?.kind === 'succeeded')
+      this.host.observer.duplicatePrevented({ operation, kind: 'lookup_found' });
+    if (decision.resolution === 'retry')
+      this.host.observer.duplicatePrevented({ operation, kind: 'same_key_retry' });
     const payload: JobEvent = {
       jobId: job.id,
       attemptNo: attempt.attemptNo,

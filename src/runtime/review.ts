@@ -86,6 +86,14 @@ export class Review {
       },
       'review decision recorded',
     );
+    if (latest && latest.state === 'UNKNOWN' && latest.resolution === null) {
+      this.queue.observer.reconciled({
+        operation: job.operation,
+        path: 'operator',
+        resolution: as,
+        latencyMs: Date.now() - (latest.finishedAt ?? Date.now()),
+      });
+    }
     const after = await this.queue.store.jobGet({ id: jobId });
     return after!.job;
   }

@@ -17,6 +17,7 @@ import type { Logger, AnyOperation } from '../core/operation.js';
 import type { ClaimedAttempt, Store } from '../store/store.js';
 import { AttemptRun, type AttemptHost } from './attempt.js';
 import type { Faults } from './faults.js';
+import type { RuntimeObserver } from './observer.js';
 import { recordLateEvidence } from './evidence.js';
 import type { Queue } from './queue.js';
 import { Reclaimer } from './reclaimer.js';
@@ -47,6 +48,7 @@ export class Worker extends EventEmitter implements AttemptHost {
   readonly store: Store;
   readonly faults: Faults;
   readonly log: Logger;
+  readonly observer: RuntimeObserver;
   readonly reclaimer: Reclaimer;
   readonly reconciler: Reconciler;
   private readonly ops = new Map<string, AnyOperation>();
@@ -78,6 +80,7 @@ export class Worker extends EventEmitter implements AttemptHost {
     this.store = queue.store;
     this.faults = queue.faults;
     this.log = queue.log;
+    this.observer = queue.observer;
     for (const op of options.operations) this.ops.set(op.name, op);
     this.reclaimer = new Reclaimer(
       queue,
@@ -112,7 +115,10 @@ export class Worker extends EventEmitter implements AttemptHost {
     this.queue.notifier.on('enqueued', this.onEnqueued);
     if (this.store.workSubscribe) {
       try {
-        this.subscription = await this.store.workSubscribe({ queues: this.settings.queues, onWork: () => this.wake?.() });
+        this.subscription = await this.store.workSubscribe({
+          queues: this.settings.queues,
+          onWork: () => this.wake?.(),
+        });
       } catch (err) {
         // Polling still finds the work; notifications only cut latency.
         this.reportError('subscribe', err);
@@ -128,7 +134,12 @@ export class Worker extends EventEmitter implements AttemptHost {
     this.loops = [
       this.loop('claim', () => this.claimOnce(), this.settings.pollIntervalMs),
       // Heartbeats go on while stop() drains the attempts in flight.
-      this.loop('heartbeat', () => this.heartbeatOnce(), this.settings.heartbeatIntervalMs, 'drained'),
+      this.loop(
+        'heartbeat',
+        () => this.heartbeatOnce(),
+        this.settings.heartbeatIntervalMs,
+        'drained',
+      ),
     ];
     if (this.settings.recover) {
       this.loops.push(
@@ -172,7 +183,12 @@ export class Worker extends EventEmitter implements AttemptHost {
    * Runs `once` until stop() begins (or, for 'drained' loops, until in-flight attempts are
    * drained); `once` returns true when it should run again at once.
    */
-  private async loop(name: string, once: () => Promise<unknown>, intervalMs: number, until: 'stop' | 'drained' = 'stop'): Promise<void> {
+  private async loop(
+    name: string,
+    once: () => Promise<unknown>,
+    intervalMs: number,
+    until: 'stop' | 'drained' = 'stop',
+  ): Promise<void> {
     const signal = until === 'stop' ? this.stopSignal.signal : this.drainedSignal.signal;
     while (!signal.aborted) {
       let again = false;

@@ -1,0 +1,195 @@
+/**
+ * Prometheus metrics (DESIGN §8) through prom-client. Counters and histograms come from the
+ * runtime of this process (a RuntimeObserver); gauges that describe the store are computed from
+ * the store at scrape time, so they are right across many worker processes.
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { JOB_STATES } from '../core/states.js';
+import type { RuntimeObserver } from '../runtime/observer.js';
+import type { Store, StoreStats } from '../store/store.js';
+
+/** Seconds: from a fast loopback call to a day-long backlog. */
+const AGE_BUCKETS = [0.005, 0.025, 0.1, 0.5, 1, 5, 15, 60, 300, 1800, 3600, 21600, 86400];
+
+export interface MetricsOptions {
+  /** Also export Node.js process metrics (`reckon_process_*`, `reckon_nodejs_*`). Default true. */
+  processMetrics?: boolean;
+  /** Store-wide gauges are read from this store at each scrape. */
+  store?: Store;
+}
+
+export class Metrics {
+  readonly registry = new Registry();
+  readonly observer: RuntimeObserver;
+  private readonly storeStats: { get(): Promise<StoreStats | null> };
+
+  constructor(options: MetricsOptions = {}) {
+    const r = this.registry;
+    if (options.processMetrics ?? true) collectDefaultMetrics({ register: r, prefix: 'reckon_' });
+
+    const enqueued = new Counter({
+      name: 'reckon_enqueued_total',
+      help: 'Jobs accepted by enqueue (deduplicated enqueues not included).',
+      labelNames: ['operation', 'queue'],
+      registers: [r],
+    });
+    const attempts = new Counter({
+      name: 'reckon_attempts_finished_total',
+      help: 'Attempt outcomes recorded by their workers, by attempt state.',
+      labelNames: ['operation', 'state'],
+      registers: [r],
+    });
+    const unknown = new Counter({
+      name: 'reckon_unknown_outcomes_total',
+      help: 'Attempts that became UNKNOWN: the request may have left, the result is not known.',
+      labelNames: ['operation', 'source'],
+      registers: [r],
+    });
+    const leaseExpired = new Counter({
+      name: 'reckon_lease_expirations_total',
+      help: 'Leases that expired and were reclaimed, by whether the attempt had dispatched.',
+      labelNames: ['operation', 'dispatched'],
+      registers: [r],
+    });
+    const dupes = new Counter({
+      name: 'reckon_duplicates_prevented_total',
+      help: 'Duplicate-prevention decisions: enqueue dedup, lookup found the effect, stale worker fenced, same-key retry.',
+      labelNames: ['operation', 'kind'],
+      registers: [r],
+    });
+    const reconcileLatency = new Histogram({
+      name: 'reckon_reconciliation_latency_seconds',
+      help: 'From an attempt entering UNKNOWN to its proven resolution (or review).',
+      labelNames: ['operation', 'path', 'resolution'],
+      buckets: AGE_BUCKETS,
+      registers: [r],
+    });
+    const ageAtDispatch = new Histogram({
+      name: 'reckon_queue_age_at_dispatch_seconds',
+      help: 'From enqueue to the dispatch marker.',
+      labelNames: ['operation', 'queue'],
+      buckets: AGE_BUCKETS,
+      registers: [r],
+    });
+    const ageAtCompletion = new Histogram({
+      name: 'reckon_queue_age_at_completion_seconds',
+      help: 'From enqueue to a confirmed SUCCEEDED or FAILED.',
+      labelNames: ['operation', 'queue', 'state'],
+      buckets: AGE_BUCKETS,
+      registers: [r],
+    });
+
+    this.observer = {
+      enqueued: (e) =>
+        e.created
+          ? enqueued.inc({ operation: e.operation, queue: e.queue })
+          : dupes.inc({ operation: e.operation, kind: 'enqueue_dedup' }),
+      dispatched: (e) =>
+        ageAtDispatch.observe({ operation: e.operation, queue: e.queue }, e.queueAgeMs / 1000),
+      attemptFinished: (e) => attempts.inc({ operation: e.operation, state: e.state }),
+      completed: (e) =>
+        ageAtCompletion.observe(
+          { operation: e.operation, queue: e.queue, state: e.state },
+          e.ageMs / 1000,
+        ),
+      unknown: (e) => unknown.inc({ operation: e.operation, source: e.source }),
+      leaseExpired: (e) =>
+        leaseExpired.inc({ operation: e.operation, dispatched: String(e.dispatched) }),
+      reconciled: (e) =>
+        reconcileLatency.observe(
+          { operation: e.operation, path: e.path, resolution: e.resolution },
+          Math.max(0, e.latencyMs) / 1000,
+        ),
+      duplicatePrevented: (e) => dupes.inc({ operation: e.operation, kind: e.kind }),
+    };
+
+    // One statsGet per scrape, shared by every store gauge's collect().
+    let pending: Promise<StoreStats | null> | null = null;
+    this.storeStats = {
+      get: () => {
+        if (!options.store) return Promise.resolve(null);
+        pending ??= options.store.statsGet().finally(() => setTimeout(() => (pending = null), 0));
+        return pending;
+      },
+    };
+    const stats = this.storeStats;
+    new Gauge({
+      name: 'reckon_jobs',
+      help: 'Jobs in the store by queue and state.',
+      labelNames: ['queue', 'state'],
+      registers: [r],
+      async collect() {
+        const s = await stats.get();
+        this.reset();
+        for (const q of s?.queues ?? [])
+          for (const state of JOB_STATES) this.set({ queue: q.queue, state }, q.counts[state]);
+      },
+    });
+    new Gauge({
+      name: 'reckon_queued_jobs',
+      help: 'QUEUED jobs per queue (due now or later).',
+      labelNames: ['queue'],
+      registers: [r],
+      async collect() {
+        const s = await stats.get();
+        this.reset();
+        for (const q of s?.queues ?? []) this.set({ queue: q.queue }, q.counts.QUEUED);
+      },
+    });
+    new Gauge({
+      name: 'reckon_oldest_queued_age_seconds',
+      help: 'Age of the oldest QUEUED job that is due, per queue (0 when none is due).',
+      labelNames: ['queue'],
+      registers: [r],
+      async collect() {
+        const s = await stats.get();
+        this.reset();
+        for (const q of s?.queues ?? [])
+          this.set(
+            { queue: q.queue },
+            q.oldestDueAt === null ? 0 : Math.max(0, (s!.now - q.oldestDueAt) / 1000),
+          );
+      },
+    });
+    new Gauge({
+      name: 'reckon_unknown_jobs',
+      help: 'Jobs now UNKNOWN (automatic reconciliation pending), by operation.',
+      labelNames: ['operation'],
+      registers: [r],
+      async collect() {
+        const s = await stats.get();
+        this.reset();
+        for (const o of s?.byOperation ?? []) this.set({ operation: o.operation }, o.unknown);
+      },
+    });
+    new Gauge({
+      name: 'reckon_needs_review_jobs',
+      help: 'Jobs now NEEDS_REVIEW (a person must decide), by operation.',
+      labelNames: ['operation'],
+      registers: [r],
+      async collect() {
+        const s = await stats.get();
+        this.reset();
+        for (const o of s?.byOperation ?? []) this.set({ operation: o.operation }, o.needsReview);
+      },
+    });
+    new Gauge({
+      name: 'reckon_expired_leases',
+      help: 'Attempts whose lease has expired but that are not yet reclaimed.',
+      registers: [r],
+      async collect() {
+        const s = await stats.get();
+        this.set(s?.expiredLeases ?? 0);
+      },
+    });
+  }
+
+  /** The exposition in Prometheus text format. */
+  text(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+}

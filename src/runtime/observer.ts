@@ -1,0 +1,55 @@
+/**
+ * What the runtime reports as it works, for metrics. The runtime calls these after each fact
+ * is durable; `src/observe/metrics.ts` turns them into Prometheus series. Gauges that describe
+ * the store (queue depth, UNKNOWN counts) are not here: they are read from the store, so they
+ * are right across many worker processes.
+ */
+import type { Logger } from '../core/operation.js';
+
+export type DuplicatePreventionKind =
+  'enqueue_dedup' | 'lookup_found' | 'stale_worker_fenced' | 'same_key_retry';
+export type ReconcilePath = 'lookup' | 'same-key' | 'late-worker' | 'operator' | 'review';
+
+export interface RuntimeObserver {
+  enqueued(e: { operation: string; queue: string; created: boolean }): void;
+  /** The dispatch marker committed; `queueAgeMs` since the job was enqueued. */
+  dispatched(e: { operation: string; queue: string; queueAgeMs: number }): void;
+  /** An attempt's outcome was recorded by its worker. */
+  attemptFinished(e: { operation: string; state: string }): void;
+  /** The job reached SUCCEEDED or FAILED with a confirmed outcome; `ageMs` since enqueue. */
+  completed(e: {
+    operation: string;
+    queue: string;
+    state: 'SUCCEEDED' | 'FAILED';
+    ageMs: number;
+  }): void;
+  /** An attempt became UNKNOWN. */
+  unknown(e: { operation: string; source: 'worker' | 'reclaimer' }): void;
+  leaseExpired(e: { operation: string; dispatched: boolean }): void;
+  /** An UNKNOWN attempt was resolved (or sent to review); `latencyMs` since it became UNKNOWN. */
+  reconciled(e: {
+    operation: string;
+    path: ReconcilePath;
+    resolution: string;
+    latencyMs: number;
+  }): void;
+  duplicatePrevented(e: { operation: string; kind: DuplicatePreventionKind }): void;
+}
+
+export const noopObserver: RuntimeObserver = {
+  enqueued: () => undefined,
+  dispatched: () => undefined,
+  attemptFinished: () => undefined,
+  completed: () => undefined,
+  unknown: () => undefined,
+  leaseExpired: () => undefined,
+  reconciled: () => undefined,
+  duplicatePrevented: () => undefined,
+};
+
+export const silentLogger: Logger = {
+  debug: () => undefined,
+  info: () => undefined,
+  warn: () => undefined,
+  error: () => undefined,
+};
