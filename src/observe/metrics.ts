@@ -21,11 +21,22 @@ export interface MetricsOptions {
 export class Metrics {
   readonly registry = new Registry();
   readonly observer: RuntimeObserver;
-  private readonly storeStats: { get(): Promise<StoreStats | null> };
+  private snapshot: StoreStats | null = null;
+  private readonly store: Store | undefined;
 
   constructor(options: MetricsOptions = {}) {
     const r = this.registry;
-    if (options.processMetrics ?? true) collectDefaultMetrics({ register: r, prefix: 'reckon_' });
+    this.store = options.store;
+    if (options.processMetrics ?? true) {
+      collectDefaultMetrics({ register: r, prefix: 'reckon_' });
+      // Gauges that prom-client names `_total`, which Prometheus reserves for counters (promtool lint).
+      for (const name of [
+        'active_handles_total',
+        'active_requests_total',
+        'active_resources_total',
+      ])
+        r.removeSingleMetric(`reckon_nodejs_${name}`);
+    }
 
     const enqueued = new Counter({
       name: 'reckon_enqueued_total',
@@ -103,23 +114,15 @@ export class Metrics {
       duplicatePrevented: (e) => dupes.inc({ operation: e.operation, kind: e.kind }),
     };
 
-    // One statsGet per scrape, shared by every store gauge's collect().
-    let pending: Promise<StoreStats | null> | null = null;
-    this.storeStats = {
-      get: () => {
-        if (!options.store) return Promise.resolve(null);
-        pending ??= options.store.statsGet().finally(() => setTimeout(() => (pending = null), 0));
-        return pending;
-      },
-    };
-    const stats = this.storeStats;
+    // text() reads the store once per scrape; every store gauge's collect() reads that snapshot.
+    const stats = { get: () => this.snapshot };
     new Gauge({
       name: 'reckon_jobs',
       help: 'Jobs in the store by queue and state.',
       labelNames: ['queue', 'state'],
       registers: [r],
-      async collect() {
-        const s = await stats.get();
+      collect() {
+        const s = stats.get();
         this.reset();
         for (const q of s?.queues ?? [])
           for (const state of JOB_STATES) this.set({ queue: q.queue, state }, q.counts[state]);
@@ -130,8 +133,8 @@ export class Metrics {
       help: 'QUEUED jobs per queue (due now or later).',
       labelNames: ['queue'],
       registers: [r],
-      async collect() {
-        const s = await stats.get();
+      collect() {
+        const s = stats.get();
         this.reset();
         for (const q of s?.queues ?? []) this.set({ queue: q.queue }, q.counts.QUEUED);
       },
@@ -141,8 +144,8 @@ export class Metrics {
       help: 'Age of the oldest QUEUED job that is due, per queue (0 when none is due).',
       labelNames: ['queue'],
       registers: [r],
-      async collect() {
-        const s = await stats.get();
+      collect() {
+        const s = stats.get();
         this.reset();
         for (const q of s?.queues ?? [])
           this.set(
@@ -156,8 +159,8 @@ export class Metrics {
       help: 'Jobs now UNKNOWN (automatic reconciliation pending), by operation.',
       labelNames: ['operation'],
       registers: [r],
-      async collect() {
-        const s = await stats.get();
+      collect() {
+        const s = stats.get();
         this.reset();
         for (const o of s?.byOperation ?? []) this.set({ operation: o.operation }, o.unknown);
       },
@@ -167,8 +170,8 @@ export class Metrics {
       help: 'Jobs now NEEDS_REVIEW (a person must decide), by operation.',
       labelNames: ['operation'],
       registers: [r],
-      async collect() {
-        const s = await stats.get();
+      collect() {
+        const s = stats.get();
         this.reset();
         for (const o of s?.byOperation ?? []) this.set({ operation: o.operation }, o.needsReview);
       },
@@ -177,15 +180,16 @@ export class Metrics {
       name: 'reckon_expired_leases',
       help: 'Attempts whose lease has expired but that are not yet reclaimed.',
       registers: [r],
-      async collect() {
-        const s = await stats.get();
+      collect() {
+        const s = stats.get();
         this.set(s?.expiredLeases ?? 0);
       },
     });
   }
 
   /** The exposition in Prometheus text format. */
-  text(): Promise<string> {
+  async text(): Promise<string> {
+    this.snapshot = this.store ? await this.store.statsGet() : null;
     return this.registry.metrics();
   }
 

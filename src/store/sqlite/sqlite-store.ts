@@ -89,6 +89,7 @@ export class SqliteStore implements Store {
   // ---------------------------------------------------------------- lifecycle
 
   init(): Promise<void> {
+    if (this.db) return Promise.resolve();
     let db: Database.Database;
     try {
       db = new Database(this.options.path, { timeout: this.busyTimeoutMs });

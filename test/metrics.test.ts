@@ -1,0 +1,202 @@
+/**
+ * Metrics driven by real scenarios, read from the scraped exposition (issue: observability).
+ */
+import { execFileSync, spawnSync } from 'node:child_process';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createStore, defineOperation, openQueue, type Queue } from '../src/index.js';
+import { Metrics } from '../src/observe/metrics.js';
+import { startMetricsServer } from '../src/server/metrics-server.js';
+import { tempSqliteStore } from './helpers/stores.js';
+
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  while (cleanups.length) await cleanups.pop()!();
+});
+
+async function setup(
+  clock?: () => number,
+): Promise<{ q: Queue; metrics: Metrics; scrape: () => Promise<string> }> {
+  const file = tempSqliteStore();
+  const store = await createStore(file.url, clock ? { clock } : {});
+  await store.init();
+  const metrics = new Metrics({ store, processMetrics: false });
+  const q = await openQueue({ store, observer: metrics.observer });
+  cleanups.push(async () => {
+    await q.close();
+    await file.drop();
+  });
+  return { q, metrics, scrape: () => metrics.text() };
+}
+
+function value(text: string, series: string): number {
+  const line = text.split('\n').find((l) => l.startsWith(series + ' '));
+  return line ? Number(line.slice(series.length + 1)) : 0;
+}
+
+async function until(what: string, fn: () => Promise<boolean>, ms = 10_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await fn())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+const fast = { pollIntervalMs: 10, reclaimIntervalMs: 30, reconcileIntervalMs: 30, leaseMs: 2_000 };
+
+describe('metrics', () => {
+  it('an UNKNOWN outcome raises its counter for that operation, and its reconciliation observes latency', async () => {
+    const { q, scrape } = await setup();
+    const hangUp = defineOperation({
+      name: 'form.submit',
+      execute: (_i: object, ctx) => ctx.dispatch(() => Promise.reject(new Error('socket hang up'))),
+    });
+    const other = defineOperation({ name: 'other.op', execute: () => Promise.resolve(null) });
+    await q.enqueue(hangUp, {});
+    const w = q.worker({ operations: [hangUp, other], ...fast });
+    const review = new Promise((r) => w.once('review', r));
+    await w.start();
+    await review;
+    await w.stop();
+    const text = await scrape();
+    expect(
+      value(text, 'reckon_unknown_outcomes_total{operation="form.submit",source="worker"}'),
+    ).toBe(1);
+    expect(value(text, 'reckon_unknown_outcomes_total{operation="other.op",source="worker"}')).toBe(
+      0,
+    );
+    expect(
+      value(
+        text,
+        'reckon_reconciliation_latency_seconds_count{operation="form.submit",path="review",resolution="needs_review"}',
+      ),
+    ).toBe(1);
+    expect(value(text, 'reckon_needs_review_jobs{operation="form.submit"}')).toBe(1);
+  });
+
+  it('a lookup that finds the effect counts a prevented duplicate and observes reconciliation latency', async () => {
+    const { q, scrape } = await setup();
+    const effects = new Set<string>();
+    const pay = defineOperation({
+      name: 'pay',
+      timeoutMs: 50,
+      reconcile: { graceMs: 10 },
+      lookup: (key) =>
+        Promise.resolve(
+          effects.has(key)
+            ? { found: true as const, outcome: 'succeeded' as const, result: { key } }
+            : { found: false as const },
+        ),
+      execute: (_i: object, ctx) =>
+        ctx.dispatch(() => {
+          effects.add(ctx.requestKey);
+          return Promise.reject(new Error('response lost'));
+        }),
+    });
+    const job = await q.enqueue(pay, {});
+    const w = q.worker({ operations: [pay], ...fast });
+    const reconciled = new Promise((r) => w.once('reconciled', r));
+    await w.start();
+    await reconciled;
+    await w.stop();
+    expect((await q.job(job.id))!.job.state).toBe('SUCCEEDED');
+    const text = await scrape();
+    expect(
+      value(text, 'reckon_duplicates_prevented_total{operation="pay",kind="lookup_found"}'),
+    ).toBe(1);
+    expect(
+      value(
+        text,
+        'reckon_reconciliation_latency_seconds_count{operation="pay",path="lookup",resolution="succeeded"}',
+      ),
+    ).toBe(1);
+    expect(
+      value(
+        text,
+        'reckon_reconciliation_latency_seconds_sum{operation="pay",path="lookup",resolution="succeeded"}',
+      ),
+    ).toBeGreaterThan(0.05);
+  });
+
+  it('an enqueue deduplicated by request key counts a prevented duplicate', async () => {
+    const { q, scrape } = await setup();
+    const op = defineOperation({ name: 'mail', execute: () => Promise.resolve(null) });
+    await q.enqueue(op, { to: 'a' }, { key: 'k' });
+    await q.enqueue(op, { to: 'a' }, { key: 'k' });
+    await q.enqueue(op, { to: 'a' }, { key: 'k' });
+    const text = await scrape();
+    expect(
+      value(text, 'reckon_duplicates_prevented_total{operation="mail",kind="enqueue_dedup"}'),
+    ).toBe(2);
+    expect(value(text, 'reckon_enqueued_total{operation="mail",queue="default"}')).toBe(1);
+  });
+
+  it('a lease expiry counts, and the queue-age gauge grows while no worker runs', async () => {
+    let now = Date.parse('2026-12-01T10:00:00Z');
+    const { q, scrape } = await setup(() => now);
+    const op = defineOperation({ name: 'slow', execute: () => Promise.resolve(null) });
+    await q.enqueue(op, {}, { key: 'waiting' });
+    await q.enqueue(op, {}, { key: 'claimed' });
+    expect(value(await scrape(), 'reckon_oldest_queued_age_seconds{queue="default"}')).toBe(0);
+    now += 90_000;
+    expect(value(await scrape(), 'reckon_oldest_queued_age_seconds{queue="default"}')).toBe(90);
+    // A worker that claims and then vanishes: its lease expires.
+    await q.store.attemptClaimMany({
+      ownerId: 'ghost',
+      queues: ['default'],
+      operations: ['slow'],
+      limit: 1,
+      leaseMs: 1_000,
+    });
+    now += 5_000;
+    expect(value(await scrape(), 'reckon_expired_leases')).toBe(1);
+    await q.reclaimer({ clockSkewToleranceMs: 0 }).runOnce();
+    const text = await scrape();
+    expect(value(text, 'reckon_lease_expirations_total{operation="slow",dispatched="false"}')).toBe(
+      1,
+    );
+    expect(value(text, 'reckon_expired_leases')).toBe(0);
+    expect(value(text, 'reckon_oldest_queued_age_seconds{queue="default"}')).toBeGreaterThanOrEqual(
+      95,
+    );
+  });
+
+  it('serves /metrics over HTTP in an exposition that promtool accepts', async (ctx) => {
+    const { q } = await setup();
+    const metrics = new Metrics({ store: q.store });
+    const op = defineOperation({
+      name: 'ok',
+      execute: (_i: object, c) => c.dispatch(() => Promise.resolve(1)),
+    });
+    await q.enqueue(op, {});
+    const server = await startMetricsServer({ metrics, port: 0 });
+    cleanups.push(() => server.close());
+    const res = await fetch(`${server.url}/metrics`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toMatch(/text\/plain/);
+    const text = await res.text();
+    expect(text).toMatch(/^reckon_queued_jobs\{queue="default"\} 1$/m);
+    expect(text).toMatch(/^reckon_process_cpu_seconds_total /m);
+    const promtool = spawnSync('promtool', ['--version']);
+    if (promtool.error) {
+      if (process.env.CI === 'true')
+        throw new Error('promtool is required in CI (Debian package prometheus)');
+      ctx.skip('promtool not installed (Debian package prometheus)');
+    }
+    execFileSync('promtool', ['check', 'metrics'], { input: text });
+  });
+});
+
+describe('alert rules in the docs', () => {
+  it('pass promtool check rules', (ctx) => {
+    const promtool = spawnSync('promtool', ['--version']);
+    if (promtool.error) {
+      if (process.env.CI === 'true')
+        throw new Error('promtool is required in CI (Debian package prometheus)');
+      ctx.skip('promtool not installed (Debian package prometheus)');
+    }
+    const out = execFileSync('promtool', ['check', 'rules', 'docs/alerts.yml'], {
+      encoding: 'utf8',
+    });
+    expect(out).toMatch(/SUCCESS: 5 rules found/);
+  });
+});
