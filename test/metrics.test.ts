@@ -33,14 +33,6 @@ function value(text: string, series: string): number {
   return line ? Number(line.slice(series.length + 1)) : 0;
 }
 
-async function until(what: string, fn: () => Promise<boolean>, ms = 10_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!(await fn())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
 const fast = { pollIntervalMs: 10, reclaimIntervalMs: 30, reconcileIntervalMs: 30, leaseMs: 2_000 };
 
 describe('metrics', () => {
