@@ -22,7 +22,7 @@ export class Metrics {
   readonly registry = new Registry();
   readonly observer: RuntimeObserver;
   private snapshot: StoreStats | null = null;
-  private readonly store: Store | undefined;
+  private store: Store | undefined;
 
   constructor(options: MetricsOptions = {}) {
     const r = this.registry;
@@ -185,6 +185,11 @@ export class Metrics {
         this.set(s?.expiredLeases ?? 0);
       },
     });
+  }
+
+  /** Reads the store-wide gauges from this store from now on. */
+  attachStore(store: Store): void {
+    this.store = store;
   }
 
   /** The exposition in Prometheus text format. */

@@ -8,6 +8,7 @@
  */
 import Database from 'better-sqlite3';
 import {
+  InvalidInput,
   RequestKeyConflict,
   SchemaTooNew,
   StoreCorrupt,
@@ -127,6 +128,10 @@ export class SqliteStore implements Store {
       (code === 'SQLITE_CANTOPEN' && /readonly|read-only/i.test(String(err)))
     ) {
       return new StoreReadOnly(this.location, err);
+    }
+    // better-sqlite3 throws a bare TypeError, with no code, for a missing directory.
+    if (err instanceof TypeError && /directory does not exist/.test(err.message)) {
+      return new StoreUnavailable(`cannot open ${this.location}: its directory does not exist`, err);
     }
     if (code.startsWith('SQLITE_CANTOPEN'))
       return new StoreUnavailable(
@@ -292,7 +297,17 @@ export class SqliteStore implements Store {
 
   // ---------------------------------------------------------------- jobs
 
-  jobInsertMany(p: { jobs: JobInsert[]; actor: string }): Promise<JobInsertResult[]> {
+  jobInsertMany(p: {
+    jobs: JobInsert[];
+    actor: string;
+    transaction?: unknown;
+  }): Promise<JobInsertResult[]> {
+    if (p.transaction !== undefined)
+      return Promise.reject(
+        new InvalidInput(
+          'enqueue({ transaction }) needs a PostgreSQL store: SQLite cannot join a transaction of yours',
+        ),
+      );
     return this.write(() => {
       const now = this.now();
       const results: JobInsertResult[] = [];

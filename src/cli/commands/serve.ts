@@ -1,0 +1,93 @@
+/**
+ * `reckon serve`: the store-wide view over HTTP: `/metrics` for Prometheus, a JSON API under
+ * `/api`, and a dashboard at `/`.
+ */
+import type { Command } from 'commander';
+import { Metrics } from '../../observe/metrics.js';
+import { apiRoutes } from '../../server/api.js';
+import { startMetricsServer } from '../../server/metrics-server.js';
+import { intOption } from '../parse.js';
+import { addStoreOption, openCliQueue, storeLabel, type StoreFlags } from '../store-option.js';
+import { healthChecks } from './status.js';
+
+interface ServeFlags extends StoreFlags {
+  port: number;
+  host: string;
+  token?: string;
+  protectReads?: boolean;
+  maxQueueAge?: number;
+  maxUnknown?: number;
+  maxReview?: number;
+  maxExpiredLeases?: number;
+}
+
+const INT_MAX = Number.MAX_SAFE_INTEGER;
+
+export function registerServe(program: Command): void {
+  const cmd = program
+    .command('serve')
+    .summary('HTTP: /metrics, a JSON API and a dashboard')
+    .description(
+      'Serves the store-wide view: GET /metrics (Prometheus: queue depth and age, UNKNOWN and ' +
+        'NEEDS_REVIEW counts, expired leases, from the store, right across every worker), ' +
+        'GET /api/status, /api/jobs, /api/jobs/<id>, /api/review, a dashboard at /, and ' +
+        'GET /healthz. POST /api/review/<id>/resolve {as, actor, note} needs --token.\n\n' +
+        'Listens on 127.0.0.1 unless --host says otherwise: the journal holds inputs and results.',
+    )
+    .option('--port <port>', 'port to listen on', intOption(0, 65_535), 9464)
+    .option('--host <host>', 'address to listen on', '127.0.0.1')
+    .option(
+      '--token <token>',
+      'bearer token that allows review decisions over HTTP (env RECKON_SERVE_TOKEN)',
+      process.env.RECKON_SERVE_TOKEN,
+    )
+    .option('--protect-reads', 'require the token for every /api route too')
+    .option(
+      '--max-queue-age <ms>',
+      'health check for /api/status and the dashboard',
+      intOption(0, INT_MAX),
+    )
+    .option('--max-unknown <n>', 'health check: most UNKNOWN jobs', intOption(0, INT_MAX))
+    .option('--max-review <n>', 'health check: most NEEDS_REVIEW jobs', intOption(0, INT_MAX))
+    .option(
+      '--max-expired-leases <n>',
+      'health check: most expired, unreclaimed leases',
+      intOption(0, INT_MAX),
+    )
+    .addHelpText(
+      'after',
+      '\nExample:\n  $ reckon serve --port 9464 --max-unknown 0 --max-review 5',
+    );
+  addStoreOption(cmd);
+  cmd.action(async (flags: ServeFlags) => {
+    const q = await openCliQueue(flags.store, { mustExist: true });
+    const metrics = new Metrics({ store: q.store });
+    const health = (stats: Parameters<typeof healthChecks>[0]) => {
+      const checks = healthChecks(stats, flags);
+      return { healthy: checks.every((c) => c.ok), checks };
+    };
+    const endpoint = await startMetricsServer({
+      metrics,
+      port: flags.port,
+      host: flags.host,
+      routes: [
+        apiRoutes({
+          queue: q,
+          health,
+          ...(flags.token ? { token: flags.token } : {}),
+          ...(flags.protectReads ? { protectReads: true } : {}),
+        }),
+      ],
+    });
+    process.stderr.write(
+      `reckon: serving ${storeLabel(flags.store)} at ${endpoint.url}/ (metrics at /metrics)\n`,
+    );
+    await new Promise<void>((resolve) => {
+      const stop = () => resolve();
+      process.once('SIGINT', stop);
+      process.once('SIGTERM', stop);
+    });
+    await endpoint.close();
+    await q.close();
+  });
+}

@@ -1,0 +1,148 @@
+/**
+ * The HTTP API of `reckon serve`: read-only views of the store, and (only with a token)
+ * review decisions. JSON in, JSON out; errors as `{ error: { code, message } }`.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { timingSafeEqual } from 'node:crypto';
+import { InvalidInput, JobNotFound, ReckonError } from '../core/errors.js';
+import { isJobState } from '../core/states.js';
+import type { Queue } from '../runtime/queue.js';
+import type { StoreStats } from '../store/store.js';
+import type { RouteHandler } from './metrics-server.js';
+import { DASHBOARD_HTML } from './dashboard.js';
+
+export interface ApiOptions {
+  queue: Queue;
+  /** Health of the store, with the thresholds the server was started with. */
+  health: (stats: StoreStats) => { healthy: boolean; checks: unknown[] };
+  /** Bearer token for write routes (and for every /api route when `protectReads`). No token: writes refused. */
+  token?: string;
+  protectReads?: boolean;
+}
+
+/** Request bodies are review decisions: a few hundred bytes. */
+const BODY_BYTES_MAX = 64 * 1024;
+
+export function apiRoutes(options: ApiOptions): RouteHandler {
+  const { queue } = options;
+  return async (req, res, url) => {
+    if (url.pathname === '/' && req.method === 'GET') {
+      res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' }).end(DASHBOARD_HTML);
+      return true;
+    }
+    if (!url.pathname.startsWith('/api/')) return false;
+    const write = req.method !== 'GET' && req.method !== 'HEAD';
+    try {
+      if (write || options.protectReads) authorize(req, options.token, write);
+      const parts = url.pathname.split('/').filter(Boolean).slice(1).map(decodeURIComponent);
+      if (!write && parts[0] === 'status' && parts.length === 1) {
+        const stats = await queue.store.statsGet();
+        return send(res, 200, { store: queue.store.location, ...options.health(stats), ...stats });
+      }
+      if (!write && parts[0] === 'jobs' && parts.length === 1) {
+        const state = url.searchParams.getAll('state');
+        for (const s of state)
+          if (!isJobState(s)) throw new InvalidInput(`unknown state ${JSON.stringify(s)}`);
+        const limit = url.searchParams.has('limit') ? Number(url.searchParams.get('limit')) : 100;
+        const jobs = await queue.jobs({
+          ...(state.length ? { state: state as never } : {}),
+          ...(url.searchParams.get('queue') ? { queue: url.searchParams.get('queue')! } : {}),
+          ...(url.searchParams.get('operation')
+            ? { operation: url.searchParams.get('operation')! }
+            : {}),
+          ...(url.searchParams.get('before') ? { beforeId: url.searchParams.get('before')! } : {}),
+          limit,
+        });
+        return send(res, 200, { jobs });
+      }
+      if (!write && parts[0] === 'jobs' && parts.length === 2) {
+        const detail = await queue.job(parts[1]!);
+        if (!detail) throw new JobNotFound(parts[1]!);
+        return send(res, 200, detail);
+      }
+      if (!write && parts[0] === 'review' && parts.length === 1) {
+        return send(res, 200, { jobs: await queue.review.list() });
+      }
+      if (
+        req.method === 'POST' &&
+        parts[0] === 'review' &&
+        parts.length === 3 &&
+        parts[2] === 'resolve'
+      ) {
+        const body = (await readJson(req)) as { as?: unknown; actor?: unknown; note?: unknown };
+        const job = await queue.review.resolve(parts[1]!, {
+          as: body.as as never,
+          actor: typeof body.actor === 'string' ? body.actor : '',
+          ...(typeof body.note === 'string' ? { note: body.note } : {}),
+        });
+        return send(res, 200, { job });
+      }
+      return send(res, 404, {
+        error: { code: 'NOT_FOUND', message: `no route ${req.method ?? ''} ${url.pathname}` },
+      });
+    } catch (err) {
+      if (err instanceof HttpError)
+        return send(res, err.status, { error: { code: err.code, message: err.message } });
+      if (err instanceof JobNotFound)
+        return send(res, 404, { error: { code: err.code, message: err.message } });
+      if (err instanceof ReckonError)
+        return send(res, err.code === 'JOB_STATE_CONFLICT' ? 409 : 400, {
+          error: { code: err.code, message: err.message },
+        });
+      throw err;
+    }
+  };
+}
+
+class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+function authorize(req: IncomingMessage, token: string | undefined, write: boolean): void {
+  if (!token) {
+    if (write)
+      throw new HttpError(
+        403,
+        'WRITES_DISABLED',
+        'this server is read-only; start reckon serve with --token to allow review decisions over HTTP',
+      );
+    return;
+  }
+  const given = /^Bearer (.+)$/.exec(req.headers.authorization ?? '')?.[1] ?? '';
+  const a = Buffer.from(given);
+  const b = Buffer.from(token);
+  if (a.length !== b.length || !timingSafeEqual(a, b))
+    throw new HttpError(401, 'UNAUTHORIZED', 'missing or wrong bearer token');
+}
+
+function send(res: ServerResponse, status: number, body: unknown): true {
+  res
+    .writeHead(status, {
+      'content-type': 'application/json; charset=utf-8',
+      'cache-control': 'no-store',
+    })
+    .end(JSON.stringify(body));
+  return true;
+}
+
+async function readJson(req: IncomingMessage): Promise<unknown> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > BODY_BYTES_MAX)
+      throw new HttpError(413, 'BODY_TOO_LARGE', `request body over ${BODY_BYTES_MAX} bytes`);
+    chunks.push(chunk as Buffer);
+  }
+  try {
+    return JSON.parse(Buffer.concat(chunks).toString('utf8')) as unknown;
+  } catch {
+    throw new HttpError(400, 'INVALID_JSON', 'the request body is not JSON');
+  }
+}
