@@ -31,7 +31,7 @@ function startServer(
   children.add(child);
   let err = '';
   return new Promise((res, rej) => {
-    child.stderr!.setEncoding('utf8').on('data', (d: string) => {
+    child.stderr.setEncoding('utf8').on('data', (d: string) => {
       err += d;
       const m = pattern.exec(err);
       if (m) res({ child, url: m[1]!, stderr: () => err });
@@ -40,7 +40,7 @@ function startServer(
   });
 }
 
-async function store(): Promise<TestStore> {
+function store(): TestStore {
   const s = tempSqliteStore();
   stores.push(s);
   return s;
@@ -48,7 +48,7 @@ async function store(): Promise<TestStore> {
 
 describe('reckon serve', () => {
   it('serves store-wide metrics, the JSON API, and takes review decisions only with its token', async () => {
-    const s = await store();
+    const s = store();
     const q = await openQueue({ store: s.url, operations: [echo, uncertain] });
     await q.enqueue(echo, { n: 1 });
     const doubtful = await q.enqueue(uncertain, {});
@@ -108,7 +108,7 @@ describe('reckon serve', () => {
   });
 
   it('refuses review decisions over HTTP when started without a token', async () => {
-    const s = await store();
+    const s = store();
     const q = await openQueue({ store: s.url });
     await q.close();
     const { url } = await startServer(
@@ -122,7 +122,7 @@ describe('reckon serve', () => {
 
 describe('reckon work --metrics-port', () => {
   it("exposes this worker's counters", async () => {
-    const s = await store();
+    const s = store();
     const q = await openQueue({ store: s.url, operations: [echo] });
     for (let i = 0; i < 3; i++) await q.enqueue(echo, { i });
     await q.close();
