@@ -1,0 +1,117 @@
+/**
+ * The settings of a worker child process, carried in its environment so that a test, the demo
+ * or a shell can start one: `RECKON_STORE=sqlite:/tmp/r.db DOWNSTREAM_URL=… node worker-child.js`.
+ */
+import { isFlavour, FLAVOURS, type Flavour } from './operations.js';
+
+export interface WorkerChildConfig {
+  storeUrl: string;
+  downstreamUrl: string;
+  flavours: Flavour[];
+  concurrency: number;
+  leaseMs: number;
+  clockSkewToleranceMs: number;
+  reclaimIntervalMs: number;
+  reconcileIntervalMs: number;
+  pollIntervalMs: number;
+  /** Operation timeout and reconciliation grace. */
+  timeoutMs: number;
+  graceMs: number;
+  maxAttempts: number;
+  /** Queues to claim from; a queue nobody uses makes a recovery-only process. */
+  queues: string[];
+  ownerId?: string;
+  /** Fault points, `RECKON_FAULTS` syntax. */
+  faults?: string;
+  faultsSeed?: number;
+  /** pino level for logs on stderr; default silent. */
+  logLevel?: 'debug' | 'info' | 'warn' | 'error';
+}
+
+export const CHILD_DEFAULTS: Omit<WorkerChildConfig, 'storeUrl' | 'downstreamUrl'> = {
+  flavours: [...FLAVOURS],
+  concurrency: 4,
+  leaseMs: 600,
+  clockSkewToleranceMs: 100,
+  reclaimIntervalMs: 80,
+  reconcileIntervalMs: 80,
+  pollIntervalMs: 25,
+  timeoutMs: 1_000,
+  graceMs: 200,
+  maxAttempts: 6,
+  queues: ['default'],
+};
+
+export function childEnv(
+  config: Partial<WorkerChildConfig> & Pick<WorkerChildConfig, 'storeUrl' | 'downstreamUrl'>,
+): Record<string, string> {
+  const c = { ...CHILD_DEFAULTS, ...config };
+  return {
+    RECKON_STORE: c.storeUrl,
+    DOWNSTREAM_URL: c.downstreamUrl,
+    WORKER_FLAVOURS: c.flavours.join(','),
+    WORKER_CONCURRENCY: String(c.concurrency),
+    WORKER_LEASE_MS: String(c.leaseMs),
+    WORKER_SKEW_MS: String(c.clockSkewToleranceMs),
+    WORKER_RECLAIM_MS: String(c.reclaimIntervalMs),
+    WORKER_RECONCILE_MS: String(c.reconcileIntervalMs),
+    WORKER_POLL_MS: String(c.pollIntervalMs),
+    OP_TIMEOUT_MS: String(c.timeoutMs),
+    OP_GRACE_MS: String(c.graceMs),
+    OP_MAX_ATTEMPTS: String(c.maxAttempts),
+    WORKER_QUEUES: c.queues.join(','),
+    RECKON_FAULTS: c.faults ?? '',
+    RECKON_FAULTS_SEED: String(c.faultsSeed ?? 1),
+    ...(c.ownerId ? { WORKER_ID: c.ownerId } : {}),
+    ...(c.logLevel ? { WORKER_LOG: c.logLevel } : {}),
+  };
+}
+
+export function childConfigFromEnv(env: NodeJS.ProcessEnv): WorkerChildConfig {
+  const need = (name: string): string => {
+    const v = env[name];
+    if (!v) throw new Error(`worker-child: ${name} is required`);
+    return v;
+  };
+  const int = (name: string, fallback: number): number => {
+    const v = env[name];
+    if (v === undefined || v === '') return fallback;
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < 0)
+      throw new Error(`worker-child: ${name} must be an integer >= 0, got ${v}`);
+    return n;
+  };
+  const list = (name: string, fallback: string[]): string[] =>
+    env[name]
+      ? env[name]
+          .split(',')
+          .map((s) => s.trim())
+          .filter(Boolean)
+      : fallback;
+  const flavours = list('WORKER_FLAVOURS', [...FLAVOURS]);
+  for (const f of flavours)
+    if (!isFlavour(f))
+      throw new Error(`worker-child: unknown flavour ${f}; known: ${FLAVOURS.join(', ')}`);
+  const level = env.WORKER_LOG;
+  const d = CHILD_DEFAULTS;
+  return {
+    storeUrl: need('RECKON_STORE'),
+    downstreamUrl: need('DOWNSTREAM_URL'),
+    flavours: flavours as Flavour[],
+    concurrency: int('WORKER_CONCURRENCY', d.concurrency),
+    leaseMs: int('WORKER_LEASE_MS', d.leaseMs),
+    clockSkewToleranceMs: int('WORKER_SKEW_MS', d.clockSkewToleranceMs),
+    reclaimIntervalMs: int('WORKER_RECLAIM_MS', d.reclaimIntervalMs),
+    reconcileIntervalMs: int('WORKER_RECONCILE_MS', d.reconcileIntervalMs),
+    pollIntervalMs: int('WORKER_POLL_MS', d.pollIntervalMs),
+    timeoutMs: int('OP_TIMEOUT_MS', d.timeoutMs),
+    graceMs: int('OP_GRACE_MS', d.graceMs),
+    maxAttempts: int('OP_MAX_ATTEMPTS', d.maxAttempts),
+    queues: list('WORKER_QUEUES', d.queues),
+    ...(env.WORKER_ID ? { ownerId: env.WORKER_ID } : {}),
+    ...(env.RECKON_FAULTS ? { faults: env.RECKON_FAULTS } : {}),
+    ...(level === 'debug' || level === 'info' || level === 'warn' || level === 'error'
+      ? { logLevel: level }
+      : {}),
+  };
+}

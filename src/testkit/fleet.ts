@@ -1,0 +1,100 @@
+/**
+ * Worker child processes for crash tests and the demo: start them, wait until they are ready,
+ * kill them with SIGKILL (or stop them with SIGTERM) and see how they ended.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { childEnv, type WorkerChildConfig } from './child-config.js';
+
+export interface ChildExit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+/** How to run worker-child: from dist as plain JS, or from src through tsx (tests). */
+export function workerChildCommand(): { command: string; args: string[] } {
+  const fromSource = import.meta.url.endsWith('.ts');
+  const script = fileURLToPath(
+    new URL(fromSource ? './worker-child.ts' : './worker-child.js', import.meta.url),
+  );
+  if (!existsSync(script))
+    throw new Error(`worker child script not found at ${script}; run npm run build`);
+  return { command: process.execPath, args: fromSource ? ['--import', 'tsx', script] : [script] };
+}
+
+const STDERR_KEEP_BYTES = 16 * 1024;
+
+export class WorkerChild {
+  readonly process: ChildProcess;
+  /** Resolves true once the child printed `ready`, false if it exited first. */
+  readonly ready: Promise<boolean>;
+  readonly exited: Promise<ChildExit>;
+  private exit: ChildExit | undefined;
+  private stderrTail = '';
+
+  constructor(
+    config: Partial<WorkerChildConfig> & Pick<WorkerChildConfig, 'storeUrl' | 'downstreamUrl'>,
+    options: { echoStderr?: boolean } = {},
+  ) {
+    const { command, args } = workerChildCommand();
+    this.process = spawn(command, args, {
+      env: { ...process.env, ...childEnv(config) },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    this.exited = new Promise((resolve) => {
+      this.process.once('exit', (code, signal) => {
+        this.exit = { code, signal };
+        resolve(this.exit);
+      });
+    });
+    this.ready = new Promise((resolve) => {
+      let out = '';
+      this.process.stdout!.on('data', (chunk: Buffer) => {
+        out += chunk.toString();
+        if (out.includes('ready\n')) resolve(true);
+      });
+      void this.exited.then(() => resolve(false));
+    });
+    this.process.stderr!.on('data', (chunk: Buffer) => {
+      if (options.echoStderr) process.stderr.write(chunk);
+      this.stderrTail = (this.stderrTail + chunk.toString()).slice(-STDERR_KEEP_BYTES);
+    });
+  }
+
+  get pid(): number | undefined {
+    return this.process.pid;
+  }
+
+  get alive(): boolean {
+    return this.exit === undefined;
+  }
+
+  get exitInfo(): ChildExit | undefined {
+    return this.exit;
+  }
+
+  /** What the child wrote on stderr lately, for failure messages. */
+  get stderr(): string {
+    return this.stderrTail;
+  }
+
+  /** kill -9, and wait until it is gone. */
+  async kill(): Promise<ChildExit> {
+    if (this.alive) this.process.kill('SIGKILL');
+    return this.exited;
+  }
+
+  /** Graceful stop (SIGTERM): the worker finishes or releases what it holds. */
+  async stop(): Promise<ChildExit> {
+    if (this.alive) this.process.kill('SIGTERM');
+    return this.exited;
+  }
+}
+
+export function startWorkerChild(
+  config: Partial<WorkerChildConfig> & Pick<WorkerChildConfig, 'storeUrl' | 'downstreamUrl'>,
+  options: { echoStderr?: boolean } = {},
+): WorkerChild {
+  return new WorkerChild(config, options);
+}

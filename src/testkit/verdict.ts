@@ -1,0 +1,127 @@
+/**
+ * The verdict of a reliability run, judged by the business outcome at the downstream (DESIGN §7):
+ * each effect at most once; exactly once for every SUCCEEDED job; none for a job that failed or
+ * never dispatched; the rest in NEEDS_REVIEW with evidence; and nothing lost.
+ */
+import { JOB_STATES, type JobState } from '../core/states.js';
+import type { Queue } from '../runtime/queue.js';
+import type { JobDetail } from '../store/store.js';
+
+export interface EffectLedger {
+  effectsOf(key: string): number;
+}
+
+export interface Verdict {
+  jobs: number;
+  byState: Record<JobState, number>;
+  /** Jobs still QUEUED, LEASED or UNKNOWN: lost, if the run is over. */
+  unsettled: { jobId: string; state: JobState }[];
+  /** Request keys whose effect happened more than once. */
+  duplicates: { key: string; effects: number }[];
+  /** Every broken promise, one line each; empty when the run kept every promise. */
+  violations: string[];
+  /** How UNKNOWN attempts were settled, by resolution source. */
+  resolvedBy: { lookup: number; lateWorker: number; sameKey: number; operator: number };
+  /** `late-evidence` events: fenced workers' reports kept as evidence. */
+  lateEvidence: number;
+  /** Attempts that ended FAILED_BEFORE_SEND because their lease expired before dispatch. */
+  expiredBeforeDispatch: number;
+  /** Jobs that took more than one attempt. */
+  retriedJobs: number;
+}
+
+const SETTLED: readonly JobState[] = ['SUCCEEDED', 'FAILED', 'CANCELLED', 'NEEDS_REVIEW'];
+
+/** Every job of the queue (up to 10 000), or the given ones, with attempts and events. */
+export async function jobDetails(q: Queue, jobIds?: string[]): Promise<JobDetail[]> {
+  const ids = jobIds ?? (await q.jobs({ limit: 10_000 })).map((j) => j.id);
+  const details = await Promise.all(ids.map((id) => q.job(id)));
+  return details.map((d, i) => {
+    if (!d) throw new Error(`job ${ids[i]} is missing from the journal: a lost delivery`);
+    return d;
+  });
+}
+
+export function judgeDetails(details: JobDetail[], ledger: EffectLedger): Verdict {
+  const byState = Object.fromEntries(JOB_STATES.map((s) => [s, 0])) as Record<JobState, number>;
+  const v: Verdict = {
+    jobs: details.length,
+    byState,
+    unsettled: [],
+    duplicates: [],
+    violations: [],
+    resolvedBy: { lookup: 0, lateWorker: 0, sameKey: 0, operator: 0 },
+    lateEvidence: 0,
+    expiredBeforeDispatch: 0,
+    retriedJobs: 0,
+  };
+  for (const { job, attempts, events } of details) {
+    byState[job.state]++;
+    const effects = ledger.effectsOf(job.requestKey);
+    const where = `job ${job.id} (key ${job.requestKey}, ${job.state}, ${attempts.length} attempts, ${effects} effects)`;
+    if (effects > 1) {
+      v.duplicates.push({ key: job.requestKey, effects });
+      v.violations.push(`${where}: effect committed ${effects} times`);
+    }
+    if (!SETTLED.includes(job.state)) v.unsettled.push({ jobId: job.id, state: job.state });
+    if (attempts.length > 1) v.retriedJobs++;
+    for (const a of attempts) {
+      const src = a.resolutionSource ?? '';
+      if (src === 'lookup') v.resolvedBy.lookup++;
+      else if (src === 'late-worker') v.resolvedBy.lateWorker++;
+      else if (src === 'same-key-retry') v.resolvedBy.sameKey++;
+      else if (src.startsWith('operator:')) v.resolvedBy.operator++;
+      if (a.reason === 'lease-expired-before-dispatch') v.expiredBeforeDispatch++;
+    }
+    v.lateEvidence += events.filter((e) => e.kind === 'late-evidence').length;
+    const dispatched = attempts.some((a) => a.dispatchedAt !== null);
+    if (!dispatched && effects > 0)
+      v.violations.push(`${where}: an effect without any dispatch marker (invariant 3)`);
+    if (job.state === 'SUCCEEDED' && effects !== 1)
+      v.violations.push(`${where}: SUCCEEDED but the downstream has ${effects} effects`);
+    if ((job.state === 'FAILED' || job.state === 'CANCELLED') && effects !== 0)
+      v.violations.push(`${where}: ${job.state} but the downstream committed the effect`);
+    if (job.state === 'NEEDS_REVIEW') {
+      const unknown = attempts.some((a) => a.state === 'UNKNOWN');
+      const reviewEvent = events.some((e) => e.toState === 'NEEDS_REVIEW');
+      if (!unknown || !reviewEvent)
+        v.violations.push(`${where}: NEEDS_REVIEW without an UNKNOWN attempt and its review event`);
+    }
+    for (const a of attempts) {
+      if (a.state === 'UNKNOWN' && a.dispatchedAt === null)
+        v.violations.push(`${where}: attempt ${a.attemptNo} UNKNOWN without a dispatch marker`);
+      if (a.reason === 'lease-expired-before-dispatch' && a.dispatchedAt !== null)
+        v.violations.push(`${where}: attempt ${a.attemptNo} called not-sent despite its marker`);
+    }
+  }
+  return v;
+}
+
+export async function judge(q: Queue, ledger: EffectLedger, jobIds?: string[]): Promise<Verdict> {
+  return judgeDetails(await jobDetails(q, jobIds), ledger);
+}
+
+/** No job left QUEUED, LEASED or UNKNOWN. */
+export async function isSettled(q: Queue): Promise<boolean> {
+  const stats = await q.store.statsGet();
+  return stats.queues.every((s) => s.counts.QUEUED + s.counts.LEASED + s.counts.UNKNOWN === 0);
+}
+
+/** Polls the store until every job is settled; throws after `timeoutMs`. */
+export async function waitUntilSettled(
+  q: Queue,
+  options: { timeoutMs?: number; intervalMs?: number; onPoll?: () => void } = {},
+): Promise<void> {
+  const deadline = Date.now() + (options.timeoutMs ?? 30_000);
+  for (;;) {
+    options.onPoll?.();
+    if (await isSettled(q)) return;
+    if (Date.now() > deadline) {
+      const stats = await q.store.statsGet();
+      throw new Error(
+        `jobs did not settle within ${options.timeoutMs ?? 30_000} ms: ${JSON.stringify(stats.queues.map((s) => s.counts))}`,
+      );
+    }
+    await new Promise((r) => setTimeout(r, options.intervalMs ?? 50));
+  }
+}

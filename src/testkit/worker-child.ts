@@ -1,0 +1,65 @@
+/**
+ * A worker process for crash tests and the demo: serves the downstream operations until SIGTERM
+ * (graceful stop) or until it is killed. Prints `ready` on stdout once the worker has started.
+ * Configured by its environment (see child-config.ts); `RECKON_FAULTS` arms fault points.
+ */
+import { openQueue } from '../index.js';
+import { createLogger } from '../observe/logger.js';
+import { childConfigFromEnv } from './child-config.js';
+import { downstreamOperations } from './operations.js';
+
+async function main(): Promise<void> {
+  const c = childConfigFromEnv(process.env);
+  const q = await openQueue({
+    store: c.storeUrl,
+    actor: `worker-child:${process.pid}`,
+    ...(c.logLevel ? { logger: createLogger({ level: c.logLevel, name: 'worker-child' }) } : {}),
+  });
+  const operations = downstreamOperations(
+    {
+      url: c.downstreamUrl,
+      timeoutMs: c.timeoutMs,
+      graceMs: c.graceMs,
+      maxAttempts: c.maxAttempts,
+    },
+    c.flavours,
+  );
+  const worker = q.worker({
+    operations,
+    concurrency: c.concurrency,
+    leaseMs: c.leaseMs,
+    clockSkewToleranceMs: c.clockSkewToleranceMs,
+    reclaimIntervalMs: c.reclaimIntervalMs,
+    reconcileIntervalMs: c.reconcileIntervalMs,
+    pollIntervalMs: c.pollIntervalMs,
+    queues: c.queues,
+    shutdownTimeoutMs: 5_000,
+    ...(c.ownerId ? { ownerId: c.ownerId } : {}),
+  });
+  // Infrastructure errors of the loops are logged by the worker; listening keeps them non-fatal.
+  worker.on('error', () => undefined);
+  let stopping = false;
+  process.on('SIGTERM', () => {
+    if (stopping) return;
+    stopping = true;
+    q.close().then(
+      () => {
+        process.stdout.write('stopped\n');
+        process.exit(0);
+      },
+      (err: unknown) => {
+        process.stderr.write(`worker-child: stop failed: ${String(err)}\n`);
+        process.exit(1);
+      },
+    );
+  });
+  await worker.start();
+  process.stdout.write('ready\n');
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(
+    `worker-child: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`,
+  );
+  process.exit(2);
+});
