@@ -318,7 +318,7 @@ function renderReport(r: DemoReport, colour: boolean): string {
   const table = new Table({
     head: ['', 'jobs'],
     colAligns: ['left', 'right'],
-    ...(colour ? {} : { style: { head: [], border: [] } }),
+    style: { compact: true, ...(colour ? {} : { head: [], border: [] }) },
   });
   table.push(
     ['delivered (enqueued)', r.delivered],

@@ -22,6 +22,8 @@ interface DemoFlags {
 interface DemoReport {
   duplicates: number;
   lost: number;
+  ok?: boolean;
+  violations?: string[];
 }
 type RunDemo = (options: {
   storeUrl?: string;
@@ -69,10 +71,12 @@ export function registerDemo(program: Command): void {
       out: flags.json ? process.stderr : process.stdout,
     });
     if (flags.json) printJson(report);
-    if (report.duplicates > 0 || report.lost > 0) {
+    if (report.ok === false || report.duplicates > 0 || report.lost > 0) {
       process.exitCode = EXIT.unhealthy;
       process.stderr.write(
-        `reckon: demo failed: ${report.duplicates} duplicated effect(s), ${report.lost} lost job(s)\n`,
+        `reckon: demo failed: ${report.duplicates} duplicated effect(s), ${report.lost} lost job(s)` +
+          (report.violations?.length ? `; ${report.violations.join('; ')}` : '') +
+          '\n',
       );
     }
   });
