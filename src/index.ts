@@ -77,3 +77,7 @@ export type {
   StoreStats,
 } from './store/store.js';
 export { createLogger } from './observe/logger.js';
+export { Metrics } from './observe/metrics.js';
+export type { MetricsOptions } from './observe/metrics.js';
+export type { RuntimeObserver, DuplicatePreventionKind } from './runtime/observer.js';
+export { startMetricsServer } from './server/metrics-server.js';
