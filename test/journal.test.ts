@@ -234,9 +234,18 @@ describe('store errors are typed', () => {
       const asRoot = process.getuid?.() === 0;
       if (asRoot) {
         try {
-          execFileSync('runuser', ['-u', 'nobody', '--', 'test', '-r', join(process.cwd(), 'node_modules/tsx/package.json')]);
+          execFileSync('runuser', [
+            '-u',
+            'nobody',
+            '--',
+            'test',
+            '-r',
+            join(process.cwd(), 'node_modules/tsx/package.json'),
+          ]);
         } catch {
-          ctx.skip('running as root, and user nobody cannot read this checkout to try the read-only file as non-root');
+          ctx.skip(
+            'running as root, and user nobody cannot read this checkout to try the read-only file as non-root',
+          );
         }
       }
       const cmd = asRoot ? 'runuser' : process.execPath;
@@ -537,11 +546,23 @@ describe('graceful stop', () => {
     });
     const { q } = await queue();
     const job = await q.enqueue(long, {});
-    const w = q.worker({ operations: [long], leaseMs: 300, pollIntervalMs: 10, reclaimIntervalMs: 50, clockSkewToleranceMs: 0 });
+    const w = q.worker({
+      operations: [long],
+      leaseMs: 300,
+      pollIntervalMs: 10,
+      reclaimIntervalMs: 50,
+      clockSkewToleranceMs: 0,
+    });
     await w.start();
     await until('dispatch', async () => (await q.job(job.id))!.attempts[0]?.dispatchedAt);
     // A second worker's reclaimer would take the attempt over if the first stopped heartbeating.
-    const other = q.worker({ operations: [long], leaseMs: 300, pollIntervalMs: 10, reclaimIntervalMs: 20, clockSkewToleranceMs: 0 });
+    const other = q.worker({
+      operations: [long],
+      leaseMs: 300,
+      pollIntervalMs: 10,
+      reclaimIntervalMs: 20,
+      clockSkewToleranceMs: 0,
+    });
     await other.start();
     await w.stop();
     await other.stop();

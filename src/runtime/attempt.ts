@@ -4,9 +4,11 @@
  * fenced write of the outcome, or late evidence when the worker was fenced out (invariant 7).
  */
 import { performance } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { decideAfterAttempt, type AttemptOutcome } from '../core/decide.js';
 import {
   DefiniteFailure,
+  InvariantViolation,
   LeaseLost,
   ReckonError,
   errorCode,
@@ -19,6 +21,7 @@ import { seedOf } from '../core/retry.js';
 import type { AttemptFinish, ClaimedAttempt, LeaseRef, Store } from '../store/store.js';
 import type { Faults } from './faults.js';
 import type { RuntimeObserver } from './observer.js';
+import { DISABLED_SAFEGUARD } from './unsafe.js';
 
 export type AttemptEnd =
   | {
@@ -76,6 +79,8 @@ export class AttemptRun {
   private watchdog: NodeJS.Timeout | undefined;
   private dispatchState: 'none' | 'marking' | 'marked' | 'refused' = 'none';
   private markerWrite: Promise<unknown> | undefined;
+  private markerWriteFailed = false;
+  private readonly abandoned = new AbortController();
   private finished = false;
   readonly log: Logger;
 
@@ -253,7 +258,15 @@ export class AttemptRun {
       [mark] = await write;
     } catch (err) {
       this.dispatchState = 'refused';
+      // The write may have committed without its answer reaching us: record the outcome as
+      // provably not sent, which stays legal if the marker did land.
+      this.markerWriteFailed = true;
       throw new NotDispatched('the dispatch marker could not be written; nothing was sent', err);
+    }
+    if (!mark?.ok && DISABLED_SAFEGUARD === 'dispatch-fence') {
+      // Test-only sabotage (./unsafe.ts, NODE_ENV=test): send although the fence refused the marker.
+      this.dispatchState = 'marked';
+      return fn();
     }
     if (!mark?.ok) {
       this.dispatchState = 'refused';
@@ -276,6 +289,8 @@ export class AttemptRun {
       queueAgeMs: mark.dispatchedAt - job.createdAt,
     });
     const pending = fn();
+    // A `throw` fault below abandons the request; its own rejection must not crash the process.
+    Promise.resolve(pending).catch(() => undefined);
     this.host.faults.hit('after-send-before-response', this.lease);
     const value = await pending;
     this.host.faults.hit('after-response-before-commit', this.lease);
@@ -297,12 +312,15 @@ export class AttemptRun {
     if (custom === 'retryable-failure') return { state: 'FAILED', retryable: true };
     if (custom === 'not-sent' || (custom === undefined && provablyNotSent(err)))
       return { state: 'FAILED_BEFORE_SEND' };
+    // Test-only sabotage (./unsafe.ts, NODE_ENV=test): a blind retry of a request that may have left.
+    if (DISABLED_SAFEGUARD === 'unknown-retry') return { state: 'FAILED', retryable: true };
     return { state: 'UNKNOWN' };
   }
 
   private reasonFor(outcome: AttemptOutcome, error: ErrorInfo | undefined): string | null {
     if (outcome.state === 'FAILED_BEFORE_SEND') {
       if (this.dispatched) return `not-sent: ${error?.code ?? error?.message ?? 'classifier'}`;
+      if (this.markerWriteFailed) return 'not-sent: dispatch marker write failed';
       return this.dispatchState === 'refused'
         ? 'dispatch-refused'
         : `threw-before-dispatch${error ? `: ${error.message}` : ''}`;
@@ -310,6 +328,63 @@ export class AttemptRun {
     if (outcome.state === 'UNKNOWN')
       return error?.code === 'ATTEMPT_TIMEOUT' ? 'timeout-after-dispatch' : 'no-definitive-answer';
     return null;
+  }
+
+  /**
+   * Writes the outcome, retrying with backoff while the store fails: the write is fenced, so it
+   * lands while the lease holds, or answers false once the attempt was taken over (then the
+   * outcome becomes late evidence). Gives up only when the worker abandons the attempt.
+   */
+  private async writeOutcome(finish: AttemptFinish): Promise<boolean | 'not-recorded'> {
+    let delayMs = OUTCOME_RETRY_INITIAL_MS;
+    for (let tryNo = 1; ; tryNo++) {
+      try {
+        const [applied = false] = await this.host.store.attemptFinishMany({ finishes: [finish] });
+        // After a failed try, "false" may mean that try committed but its answer was lost.
+        return applied || (tryNo > 1 && (await this.outcomeLanded(finish)));
+      } catch (err) {
+        if (err instanceof InvariantViolation) {
+          this.log.error(
+            { err: toErrorInfo(err), outcome: finish.state },
+            'outcome refused: broken invariant',
+          );
+          return 'not-recorded';
+        }
+        const giveUp = this.abandoned.signal.aborted;
+        this.log.error(
+          {
+            err: toErrorInfo(err),
+            outcome: finish.state,
+            tryNo,
+            ...(giveUp ? {} : { retryInMs: delayMs }),
+          },
+          giveUp
+            ? 'outcome not recorded; recovery will reclaim this attempt'
+            : 'outcome not recorded yet; retrying',
+        );
+        if (giveUp) return 'not-recorded';
+        await sleep(delayMs, undefined, { signal: this.abandoned.signal }).catch(() => undefined);
+        delayMs = Math.min(delayMs * 2, OUTCOME_RETRY_MAX_MS);
+      }
+    }
+  }
+
+  /** Did an earlier try of this finish commit? Its event carries this worker as the actor. */
+  private async outcomeLanded(finish: AttemptFinish): Promise<boolean> {
+    const detail = await this.host.store.jobGet({ id: finish.lease.jobId });
+    const kind = `attempt-${finish.state.toLowerCase().replaceAll('_', '-')}`;
+    return (
+      detail?.events.some(
+        (e) =>
+          e.attemptNo === finish.lease.attemptNo && e.kind === kind && e.actor === finish.actor,
+      ) === true
+    );
+  }
+
+  /** Worker shutdown past its timeout: abort the operation and stop retrying its outcome write. */
+  abandon(reason: Error): void {
+    this.abort(reason);
+    this.abandoned.abort(reason);
   }
 
   private async record(
@@ -346,18 +421,13 @@ export class AttemptRun {
       },
       actor: this.host.ownerId,
     };
-    let applied: boolean;
-    try {
-      [applied = false] = await this.host.store.attemptFinishMany({ finishes: [finish] });
-    } catch (err) {
-      // The outcome could not be written; the lease will expire and the reclaimer decides from
-      // the marker. Keep what we know in the log.
-      this.log.error(
-        { err: toErrorInfo(err), outcome: attemptState },
-        'outcome not recorded; recovery will reclaim this attempt',
-      );
+    const written = await this.writeOutcome(finish);
+    if (written === 'not-recorded') {
+      // Given up (worker shutdown timeout, or a broken invariant): the lease will expire and the
+      // reclaimer decides from the marker. What we knew is in the log.
       return { kind: 'fenced', outcome, result, error };
     }
+    const applied = written;
     if (!applied) {
       this.log.warn(
         { outcome: attemptState },
@@ -386,6 +456,14 @@ export class AttemptRun {
     return { kind: 'finished', outcome, jobState: next.to, result, error };
   }
 }
+
+/**
+ * Outcome writes that fail (store unreachable) are retried, 100 ms doubling to 5 s: soon enough
+ * that an outcome lands within a lease after a short outage, rare enough not to hammer a store
+ * that is down.
+ */
+export const OUTCOME_RETRY_INITIAL_MS = 100;
+export const OUTCOME_RETRY_MAX_MS = 5_000;
 
 function provablyNotSent(err: unknown): boolean {
   const code = errorCode(err);

@@ -42,6 +42,12 @@ export interface EnqueueOptions {
   /** Higher runs first; -1000 to 1000. Default 0. */
   priority?: number;
   queue?: string;
+  /**
+   * PostgreSQL only (the outbox pattern): your `pg` Client or PoolClient, with a transaction open
+   * on it. The job is written in that transaction and exists iff it commits. For `enqueueMany`,
+   * pass it once for the batch: `enqueueMany(op, items, { transaction })`.
+   */
+  transaction?: unknown;
 }
 
 /** What enqueue returns: the job as stored, and whether this call created it. */
@@ -106,14 +112,16 @@ export class Queue {
     input: I,
     options: EnqueueOptions = {},
   ): Promise<EnqueuedJob> {
-    const [job] = await this.enqueueMany(op, [{ input, ...options }]);
+    const { transaction, ...item } = options ?? {};
+    const [job] = await this.enqueueMany(op, [{ input, ...item }], { transaction });
     return job!;
   }
 
   /** One durable batch: all jobs are accepted, or (on a conflict or bad input) none is. */
   async enqueueMany<I>(
     op: Operation<I, unknown> | string,
-    items: (EnqueueOptions & { input: I })[],
+    items: (Omit<EnqueueOptions, 'transaction'> & { input: I })[],
+    batch: { transaction?: unknown } = {},
   ): Promise<EnqueuedJob[]> {
     this.assertOpen();
     const operation = this.resolve(op);
@@ -133,7 +141,15 @@ export class Queue {
         throw new InvalidInput(`the batch names request key ${JSON.stringify(j.requestKey)} twice`);
       keys.add(j.requestKey);
     }
-    const results = await this.store.jobInsertMany({ jobs: inserts, actor: this.actor });
+    if (items.some((item) => (item as EnqueueOptions)?.transaction !== undefined))
+      throw new InvalidInput(
+        'pass the transaction once for the batch: enqueueMany(op, items, { transaction })',
+      );
+    const results = await this.store.jobInsertMany({
+      jobs: inserts,
+      actor: this.actor,
+      ...(batch.transaction !== undefined ? { transaction: batch.transaction } : {}),
+    });
     for (const r of results) {
       this.observer.enqueued({
         operation: r.job.operation,

@@ -162,10 +162,12 @@ export class Worker extends EventEmitter implements AttemptHost {
     this.log.info({ ownerId: this.ownerId, inFlight: this.inFlight.size }, 'worker stopping');
     this.queue.notifier.off('enqueued', this.onEnqueued);
     this.stopSignal.abort();
+    // A claim in flight when stop began may still hand us attempts: wait for it, then drain them too.
+    await this.loops[0];
     const drained = Promise.all([...this.inFlight.values()].map((f) => f.done));
     const timer = setTimeout(() => {
       for (const { run } of this.inFlight.values())
-        run.abort(new Error('worker stopping: shutdownTimeoutMs passed'));
+        run.abandon(new Error('worker stopping: shutdownTimeoutMs passed'));
     }, this.settings.shutdownTimeoutMs);
     await drained;
     clearTimeout(timer);

@@ -27,7 +27,7 @@ export async function createStore(url: string, options: StoreOpenOptions = {}): 
   }
   if (url.startsWith('postgres://') || url.startsWith('postgresql://')) {
     const { PostgresStore } = await import('./postgres/postgres-store.js');
-    return new PostgresStore({ connectionString: url, ...options }) as unknown as Store;
+    return new PostgresStore({ connectionString: url, ...options });
   }
   throw new InvalidStoreUrl(url);
 }

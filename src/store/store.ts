@@ -237,8 +237,16 @@ export interface Store {
   clockNow(): Promise<number>;
   schemaVersion(): Promise<number>;
 
-  /** Atomic batch: every job is inserted or deduplicated, or (RequestKeyConflict) none is. */
-  jobInsertMany(p: { jobs: JobInsert[]; actor: string }): Promise<JobInsertResult[]>;
+  /**
+   * Atomic batch: every job is inserted or deduplicated, or (RequestKeyConflict) none is.
+   * `transaction`: a driver connection with an open transaction of the caller's; the jobs are
+   * written in it and exist iff it commits (stores that cannot do this throw InvalidInput).
+   */
+  jobInsertMany(p: {
+    jobs: JobInsert[];
+    actor: string;
+    transaction?: unknown;
+  }): Promise<JobInsertResult[]>;
   jobGet(p: { id: string }): Promise<JobDetail | null>;
   jobList(p: JobListParams): Promise<JobRecord[]>;
   /** A conditional transition (job state and latest attempt both as expected); false if it did not apply. */

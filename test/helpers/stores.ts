@@ -11,7 +11,8 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 
-export const PG_ADMIN_URL = process.env.RECKON_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+export const PG_ADMIN_URL =
+  process.env.RECKON_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 export const PG_REQUIRED = process.env.CI === 'true' || process.env.RECKON_REQUIRE_PG === '1';
 
 let pgAvailable: Promise<string | null> | undefined;
@@ -19,7 +20,10 @@ let pgAvailable: Promise<string | null> | undefined;
 /** null when PostgreSQL answers; otherwise why not. Throws where PostgreSQL is required. */
 export function pgUnavailableReason(): Promise<string | null> {
   pgAvailable ??= (async () => {
-    const client = new pg.Client({ connectionString: PG_ADMIN_URL, connectionTimeoutMillis: 3_000 });
+    const client = new pg.Client({
+      connectionString: PG_ADMIN_URL,
+      connectionTimeoutMillis: 3_000,
+    });
     try {
       await client.connect();
       await client.query('SELECT 1');

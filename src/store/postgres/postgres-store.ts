@@ -1,8 +1,1078 @@
-/** Placeholder until the PostgreSQL store lands (issue 3). */
-import { StoreUnavailable } from '../../core/errors.js';
+/**
+ * The shared store: one PostgreSQL schema used by many worker processes on many hosts.
+ *
+ * Same semantics as the SQLite store, method by method; the differences are how they are made
+ * safe with concurrent writers:
+ *  - Lease expiry is judged by the database's clock (`clock_timestamp()`), never a worker's.
+ *  - Claims take rows with `FOR UPDATE SKIP LOCKED`, so claimers never wait on each other, and
+ *    are one statement each. Fenced writes lock the rows they judge (`FOR UPDATE`, in job id
+ *    order), run the shared rules of ../rules.ts on what they locked, then write.
+ *  - Migrations run in one transaction under an advisory lock, so processes starting together
+ *    migrate one after the other.
+ *  - Work notifications: LISTEN/NOTIFY on a channel per schema (listener.ts).
+ *
+ * Connection loss: a pool or listener connection that dies never crashes the process; calls fail
+ * with `StoreUnavailable` until the server is back, and the pool reconnects by itself.
+ */
+import pg from 'pg';
+import {
+  InvalidInput,
+  InvariantViolation,
+  RequestKeyConflict,
+  SchemaTooNew,
+  StoreUnavailable,
+  assert,
+  errorMessage,
+} from '../../core/errors.js';
+import { JOB_STATES, type JobState } from '../../core/states.js';
+import {
+  assertFinishLegal,
+  assertTransitionLegal,
+  leaseHolds,
+  transitionApplies,
+} from '../rules.js';
+import {
+  attemptFromRow,
+  eventFromRow,
+  jobFromRow,
+  jsonOrNull,
+  toMs,
+  type AttemptRow,
+  type EventRow,
+  type JobRow,
+} from '../rows.js';
+import type {
+  AttemptExpire,
+  AttemptFinish,
+  AttemptRecord,
+  ClaimedAttempt,
+  DispatchMarkResult,
+  EventInsert,
+  ExpiredAttempt,
+  HeartbeatResult,
+  JobCancelResult,
+  JobDetail,
+  JobInsert,
+  JobInsertResult,
+  JobListParams,
+  JobRecord,
+  JobTransition,
+  LeaseRef,
+  Store,
+  StoreCapabilities,
+  StoreStats,
+} from '../store.js';
+import { WorkListener } from './listener.js';
+import { LATEST_SCHEMA_VERSION, MIGRATIONS, MIGRATIONS_TABLE_SQL } from './schema.js';
+import { quoteIdent, SCHEMA_NAME_RE, statements, workChannel, type Statements } from './sql.js';
 
-export class PostgresStore {
-  constructor(_options: { connectionString: string; schema?: string; poolMax?: number }) {
-    throw new StoreUnavailable('the PostgreSQL store is not built yet');
+export interface PostgresStoreOptions {
+  /** `postgres://user:password@host:port/database`, optionally with `?schema=name`. */
+  connectionString: string;
+  /** The schema that holds reckon's tables. Default `reckon` (or `?schema=` in the URL). */
+  schema?: string;
+  /** Most connections in the pool. */
+  poolMax?: number;
+  /** How long opening a connection may take before the call fails. */
+  connectTimeoutMs?: number;
+  /** How long one query may wait for its answer before the call fails (client side). */
+  queryTimeoutMs?: number;
+  /** Ignored: the database's clock judges leases. Accepted so that store options are uniform. */
+  clock?: unknown;
+}
+
+export const DEFAULT_SCHEMA = 'reckon';
+export const DEFAULT_POOL_MAX = 10;
+/** Long enough for a loaded server, short enough that a worker notices an outage within its lease. */
+export const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
+export const DEFAULT_QUERY_TIMEOUT_MS = 30_000;
+/** A session stuck in a transaction (a frozen or partitioned worker) gives its row locks back. */
+const IDLE_IN_TRANSACTION_TIMEOUT_MS = 60_000;
+/** Deadlock or serialization failure: the transaction was rolled back whole, so it is retried. */
+const RETRYABLE_SQLSTATES = new Set(['40P01', '40001']);
+const TX_RETRIES_MAX = 5;
+/** pg_advisory_xact_lock's first key: "reckon migrations". */
+const MIGRATION_LOCK_NAMESPACE = 0x7265636b;
+
+/** What a statement runs on: a pool client in our transaction, or the caller's client in theirs. */
+interface Queryable {
+  query<R extends pg.QueryResultRow = pg.QueryResultRow>(
+    text: string,
+    values?: unknown[],
+  ): Promise<pg.QueryResult<R>>;
+}
+
+interface LockedLease {
+  job: JobRecord;
+  attempt: AttemptRecord;
+}
+
+/** A job move, as `jobUpdate` writes it (null run_at, lookup_failures, result, error: unchanged). */
+interface JobWrite {
+  id: string;
+  state: JobState;
+  updated_at: number;
+  run_at: number | null;
+  next_check_at: number | null;
+  lookup_failures: number | null;
+  result_json: string | null;
+  error_json: string | null;
+  finished_at: number | null;
+}
+
+interface EventWrite {
+  job_id: string;
+  attempt_no: number | null;
+  request_fingerprint: string;
+  kind: string;
+  from_state: string | null;
+  to_state: string | null;
+  actor: string;
+  detail_json: string | null;
+}
+
+/** The writes of one transaction, gathered so that each kind is one batched statement. */
+class WriteSet {
+  readonly jobs: JobWrite[] = [];
+  readonly attemptEnds: Record<string, unknown>[] = [];
+  readonly events: EventWrite[] = [];
+  readonly requeued = new Set<string>();
+}
+
+export class PostgresStore implements Store {
+  readonly kind = 'postgres' as const;
+  readonly location: string;
+  readonly capabilities: StoreCapabilities = {
+    clock: 'database',
+    multiHost: true,
+    crossProcessNotify: true,
+  };
+  readonly schema: string;
+  private readonly sql: Statements;
+  private readonly channel: string;
+  private readonly clientConfig: pg.ClientConfig;
+  private readonly poolMax: number;
+  private pool: pg.Pool | null = null;
+  private listener: WorkListener | null = null;
+  /** Errors of idle pool connections (e.g. the server restarted); kept for health, never thrown. */
+  poolErrors = 0;
+
+  constructor(options: PostgresStoreOptions) {
+    const { connectionString, schema } = splitSchema(options.connectionString, options.schema);
+    this.schema = schema;
+    this.location = redact(options.connectionString);
+    this.sql = statements(schema);
+    this.channel = workChannel(schema);
+    this.poolMax = options.poolMax ?? DEFAULT_POOL_MAX;
+    if (!Number.isInteger(this.poolMax) || this.poolMax < 1 || this.poolMax > 1_000)
+      throw new InvalidInput('poolMax must be an integer from 1 to 1000');
+    this.clientConfig = {
+      connectionString,
+      connectionTimeoutMillis: options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS,
+      query_timeout: options.queryTimeoutMs ?? DEFAULT_QUERY_TIMEOUT_MS,
+      idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS,
+      keepAlive: true,
+      application_name: 'reckon',
+    };
+  }
+
+  // ---------------------------------------------------------------- lifecycle
+
+  async init(): Promise<void> {
+    if (this.pool) return;
+    const pool = new pg.Pool({ ...this.clientConfig, max: this.poolMax });
+    // An idle connection that dies (server restart, network) is dropped by the pool; without a
+    // listener the 'error' event would crash the process.
+    pool.on('error', () => {
+      this.poolErrors++;
+    });
+    this.pool = pool;
+    try {
+      await this.migrate();
+    } catch (err) {
+      this.pool = null;
+      await pool.end().catch(() => undefined);
+      throw err;
+    }
+  }
+
+  private async migrate(): Promise<void> {
+    await this.tx(async (c) => {
+      // One process at a time per schema; the others wait here, then find nothing to do.
+      await c.query(this.sql.migrationLock, [MIGRATION_LOCK_NAMESPACE, this.schema]);
+      await c.query(`CREATE SCHEMA IF NOT EXISTS ${quoteIdent(this.schema)}`);
+      await c.query(`SET LOCAL search_path TO ${quoteIdent(this.schema)}`);
+      await c.query(MIGRATIONS_TABLE_SQL);
+      const current = await this.versionOn(c);
+      if (current > LATEST_SCHEMA_VERSION)
+        throw new SchemaTooNew(this.location, current, LATEST_SCHEMA_VERSION);
+      for (const m of MIGRATIONS) {
+        if (m.version <= current) continue;
+        await c.query(m.sql);
+        await c.query(this.sql.migrationRecord, [m.version, m.name]);
+      }
+    });
+  }
+
+  private async versionOn(c: Queryable): Promise<number> {
+    const r = await c.query<{ v: number }>(this.sql.schemaVersion);
+    return Number(r.rows[0]?.v ?? 0);
+  }
+
+  schemaVersion(): Promise<number> {
+    return this.run((c) => this.versionOn(c), { reads: true });
+  }
+
+  async close(): Promise<void> {
+    const pool = this.pool;
+    const listener = this.listener;
+    this.pool = null;
+    this.listener = null;
+    await listener?.stop();
+    await pool?.end();
+  }
+
+  async clockNow(): Promise<number> {
+    const r = await this.run((c) => c.query<{ now: Date }>(this.sql.clockNow), { reads: true });
+    return toMs(r.rows[0]!.now);
+  }
+
+  // ---------------------------------------------------------------- connections
+
+  private connPool(): pg.Pool {
+    if (!this.pool)
+      throw new StoreUnavailable(`${this.location} is closed (or init() was not called)`);
+    return this.pool;
+  }
+
+  /**
+   * Runs `fn` on a pool client outside a transaction: one statement (a write whose failure is
+   * the caller's to judge, never retried here), or reads (`reads: true`), which are retried when
+   * a pooled connection turns out dead (e.g. after a server restart). Up to poolMax + 1 tries:
+   * the pool may hold that many dead idle connections, and each failed try discards one.
+   */
+  private async run<T>(fn: (c: Queryable) => Promise<T>, o: { reads?: boolean } = {}): Promise<T> {
+    for (let tryNo = 1; ; tryNo++) {
+      try {
+        return await this.withClient(fn);
+      } catch (err) {
+        if (!o.reads || tryNo > this.poolMax || !(err instanceof StoreUnavailable)) throw err;
+      }
+    }
+  }
+
+  /**
+   * Runs `fn` in one transaction; resolves after COMMIT. Retried whole when nothing of the try
+   * can remain: a deadlock or serialization failure (rolled back by the server), or a connection
+   * lost before COMMIT was sent (the server rolls back). A connection lost during COMMIT is
+   * ambiguous and is reported, never retried.
+   */
+  private async tx<T>(fn: (c: Queryable) => Promise<T>): Promise<T> {
+    for (let tryNo = 1; ; tryNo++) {
+      let commitSent = false;
+      try {
+        return await this.withClient(async (c) => {
+          await c.query('BEGIN');
+          try {
+            const value = await fn(c);
+            commitSent = true;
+            await c.query('COMMIT');
+            return value;
+          } catch (err) {
+            if (!isConnectionError(err)) await c.query('ROLLBACK').catch(() => undefined);
+            throw err;
+          }
+        });
+      } catch (err) {
+        const code = (err as { code?: unknown }).code;
+        const retry =
+          (typeof code === 'string' && RETRYABLE_SQLSTATES.has(code) && tryNo < TX_RETRIES_MAX) ||
+          (err instanceof StoreUnavailable && !commitSent && tryNo <= this.poolMax);
+        if (!retry) throw err;
+        await new Promise((r) => setTimeout(r, 5 * tryNo + Math.random() * 20));
+      }
+    }
+  }
+
+  private async withClient<T>(fn: (c: Queryable) => Promise<T>): Promise<T> {
+    let client: pg.PoolClient;
+    try {
+      client = await this.connPool().connect();
+    } catch (err) {
+      throw this.classify(err);
+    }
+    // A checked-out client has no pool listener: its 'error' must be caught here, or it crashes
+    // the process. The failing query rejects on its own.
+    let broken: Error | undefined;
+    const onError = (err: Error) => {
+      broken = err;
+    };
+    client.on('error', onError);
+    try {
+      return await fn(client);
+    } catch (err) {
+      if (isConnectionError(err)) broken ??= err as Error;
+      throw this.classify(err);
+    } finally {
+      client.off('error', onError);
+      // A broken (or timed-out) connection is destroyed, never reused.
+      client.release(broken ?? false);
+    }
+  }
+
+  /** Connection-level failures become `StoreUnavailable`; everything else is passed on as is. */
+  private classify(err: unknown): Error {
+    if (!(err instanceof Error)) return new Error(String(err));
+    if (err instanceof StoreUnavailable || !isConnectionError(err)) return err;
+    return new StoreUnavailable(
+      `PostgreSQL at ${this.location} is unreachable: ${errorMessage(err)}`,
+      err,
+    );
+  }
+
+  // ---------------------------------------------------------------- shared steps
+
+  /** Locks each lease's job and attempt (job id order); `now` is the clock once all are held. */
+  private async lockLeases(
+    c: Queryable,
+    leases: { jobId: string; attemptNo: number }[],
+  ): Promise<{ now: number; locked: Map<string, LockedLease> }> {
+    const refs = leases.map((l) => ({ job_id: l.jobId, attempt_no: l.attemptNo }));
+    const r = await c.query<{ job: JobRow; attempt: AttemptRow; now: Date }>(this.sql.leaseLock, [
+      JSON.stringify(refs),
+    ]);
+    const locked = new Map<string, LockedLease>();
+    let now = 0;
+    for (const row of r.rows) {
+      const attempt = attemptFromRow(row.attempt);
+      locked.set(leaseKey(attempt.jobId, attempt.attemptNo), { job: jobFromRow(row.job), attempt });
+      now = Math.max(now, toMs(row.now));
+    }
+    if (r.rows.length === 0) now = await this.clockOn(c);
+    return { now, locked };
+  }
+
+  private async clockOn(c: Queryable): Promise<number> {
+    const r = await c.query<{ now: Date }>(this.sql.clockNow);
+    return toMs(r.rows[0]!.now);
+  }
+
+  /** Writes what a transaction gathered: attempt ends, then jobs, then events, then wake-ups. */
+  private async flush(c: Queryable, w: WriteSet, now: number): Promise<JobRecord[]> {
+    if (w.attemptEnds.length > 0) {
+      const r = await c.query(this.sql.attemptEnd, [JSON.stringify(w.attemptEnds)]);
+      assert(
+        r.rowCount === w.attemptEnds.length,
+        'every locked attempt the rules ended was written',
+      );
+    }
+    let moved: JobRecord[] = [];
+    if (w.jobs.length > 0) {
+      const r = await c.query<JobRow>(this.sql.jobUpdate, [JSON.stringify(w.jobs)]);
+      assert(r.rowCount === w.jobs.length, 'every locked job the rules moved was written');
+      moved = r.rows.map(jobFromRow);
+    }
+    if (w.events.length > 0) await c.query(this.sql.eventInsert, [JSON.stringify(w.events), now]);
+    if (w.requeued.size > 0) await c.query(this.sql.notify, [[...w.requeued], this.channel]);
+    return moved;
+  }
+
+  /** A job's state after a move, mirroring the SQLite store's setJobState column by column. */
+  private jobMove(
+    job: JobRecord,
+    to: JobState,
+    now: number,
+    extra: {
+      runAt?: number;
+      nextCheckAt?: number | null;
+      lookupFailures?: number;
+      resultJson?: string | null;
+      errorJson?: string | null;
+    },
+  ): JobWrite {
+    const terminal = to === 'SUCCEEDED' || to === 'FAILED' || to === 'CANCELLED';
+    return {
+      id: job.id,
+      state: to,
+      updated_at: now,
+      run_at: extra.runAt ?? null,
+      next_check_at: to === 'UNKNOWN' ? (extra.nextCheckAt ?? job.nextCheckAt ?? now) : null,
+      lookup_failures: extra.lookupFailures ?? null,
+      result_json: extra.resultJson ?? null,
+      error_json: extra.errorJson ?? null,
+      finished_at: terminal ? now : null,
+    };
+  }
+
+  private event(
+    job: JobRecord,
+    e: Omit<EventInsert, 'jobId'> & { detail?: Record<string, unknown> },
+  ): EventWrite {
+    return {
+      job_id: job.id,
+      attempt_no: e.attemptNo,
+      request_fingerprint: job.fingerprint,
+      kind: e.kind,
+      from_state: e.fromState ?? null,
+      to_state: e.toState ?? null,
+      actor: e.actor,
+      detail_json: jsonOrNull(e.detail),
+    };
+  }
+
+  /** Ends a locked attempt and moves its job, exactly as the SQLite store's finishAttempt. */
+  private finishAttempt(
+    w: WriteSet,
+    job: JobRecord,
+    attempt: AttemptRecord,
+    f: AttemptFinish | AttemptExpire,
+    now: number,
+  ): void {
+    const resultJson = 'resultJson' in f ? f.resultJson : null;
+    const error = 'error' in f ? f.error : null;
+    w.attemptEnds.push({
+      job_id: job.id,
+      attempt_no: attempt.attemptNo,
+      lease_token: attempt.leaseToken,
+      state: f.state,
+      finished_at: now,
+      result_json: resultJson,
+      error_json: jsonOrNull(error),
+      reason: f.reason,
+    });
+    const next = f.job;
+    w.jobs.push(
+      this.jobMove(job, next.to, now, {
+        ...(next.to === 'QUEUED' ? { runAt: now + (next.delayMs ?? 0) } : {}),
+        ...(next.to === 'UNKNOWN'
+          ? {
+              nextCheckAt: (attempt.dispatchedAt ?? now) + (next.checkAfterDispatchMs ?? 0),
+              lookupFailures: 0,
+            }
+          : {}),
+        resultJson: next.to === 'SUCCEEDED' ? resultJson : null,
+        errorJson: next.to === 'FAILED' || next.to === 'NEEDS_REVIEW' ? jsonOrNull(error) : null,
+      }),
+    );
+    if (next.to === 'QUEUED') w.requeued.add(job.queue);
+    w.events.push(
+      this.event(job, {
+        attemptNo: attempt.attemptNo,
+        kind: `attempt-${f.state.toLowerCase().replaceAll('_', '-')}`,
+        fromState: 'LEASED',
+        toState: next.to,
+        actor: f.actor,
+        detail: {
+          attemptState: f.state,
+          ...(f.reason ? { reason: f.reason } : {}),
+          ...(error ? { error } : {}),
+          ...(next.delayMs !== undefined ? { retryInMs: next.delayMs } : {}),
+        },
+      }),
+    );
+  }
+
+  // ---------------------------------------------------------------- jobs
+
+  async jobInsertMany(p: {
+    jobs: JobInsert[];
+    actor: string;
+    transaction?: unknown;
+  }): Promise<JobInsertResult[]> {
+    if (p.jobs.length === 0) return [];
+    if (p.transaction !== undefined) {
+      const client = callerClient(p.transaction);
+      return this.inCallerTransaction(client, (c) => this.insertJobs(c, p.jobs, p.actor));
+    }
+    return this.tx((c) => this.insertJobs(c, p.jobs, p.actor));
+  }
+
+  /**
+   * Runs on the caller's connection, inside the caller's open transaction (the outbox pattern):
+   * the jobs exist iff that transaction commits. A savepoint keeps the batch atomic and, on a
+   * RequestKeyConflict, leaves the caller's transaction usable.
+   */
+  private async inCallerTransaction<T>(c: Queryable, fn: (c: Queryable) => Promise<T>): Promise<T> {
+    const status = (c as { getTransactionStatus?: () => string | null }).getTransactionStatus?.();
+    if (status === 'I')
+      throw new InvalidInput(
+        'enqueue({ transaction }) needs a client with an open transaction: run BEGIN on it first',
+      );
+    try {
+      await c.query('SAVEPOINT reckon_enqueue');
+    } catch (err) {
+      throw new InvalidInput(
+        `enqueue({ transaction }) could not use the given client: ${errorMessage(err)}`,
+      );
+    }
+    try {
+      const value = await fn(c);
+      await c.query('RELEASE SAVEPOINT reckon_enqueue');
+      return value;
+    } catch (err) {
+      await c.query('ROLLBACK TO SAVEPOINT reckon_enqueue').catch(() => undefined);
+      throw this.classify(err);
+    }
+  }
+
+  private async insertJobs(
+    c: Queryable,
+    jobs: JobInsert[],
+    actor: string,
+  ): Promise<JobInsertResult[]> {
+    const rows = jobs.map((j) => ({
+      id: j.id,
+      queue: j.queue,
+      operation: j.operation,
+      input_json: j.inputJson,
+      request_key: j.requestKey,
+      request_fingerprint: j.fingerprint,
+      run_id: j.runId,
+      step_id: j.stepId,
+      priority: j.priority,
+      delay_ms: j.delayMs,
+      run_at: j.runAt,
+      max_attempts: j.maxAttempts,
+      backoff_json: JSON.stringify(j.backoff),
+      timeout_ms: j.timeoutMs,
+    }));
+    const inserted = await c.query<JobRow>(this.sql.jobInsert, [JSON.stringify(rows), actor]);
+    const byKey = new Map<string, JobInsertResult>();
+    for (const row of inserted.rows)
+      byKey.set(row.request_key, { job: jobFromRow(row), created: true });
+    const missing = jobs.filter((j) => !byKey.has(j.requestKey));
+    if (missing.length > 0) {
+      // A new statement sees rows that concurrent enqueues committed while this one waited.
+      const existing = await c.query<JobRow>(this.sql.jobByKeys, [
+        missing.map((j) => j.requestKey),
+      ]);
+      const found = new Map(existing.rows.map((r) => [r.request_key, r]));
+      const dedup: EventWrite[] = [];
+      for (const j of missing) {
+        const row = found.get(j.requestKey);
+        assert(row, `request key ${j.requestKey} was neither inserted nor found`);
+        if (row.request_fingerprint !== j.fingerprint) {
+          // Throwing rolls the whole batch back: nothing is written (invariant 9).
+          throw new RequestKeyConflict(
+            j.requestKey,
+            row.id,
+            row.request_fingerprint,
+            j.fingerprint,
+          );
+        }
+        const job = jobFromRow(row);
+        byKey.set(j.requestKey, { job, created: false });
+        dedup.push(
+          this.event(job, {
+            attemptNo: null,
+            kind: 'enqueue-deduplicated',
+            actor,
+            detail: { requestKey: j.requestKey },
+          }),
+        );
+      }
+      const now = await this.clockOn(c);
+      await c.query(this.sql.eventInsert, [JSON.stringify(dedup), now]);
+    }
+    if (inserted.rows.length > 0) {
+      // Delivered at commit (the caller's, for a transactional enqueue), never before.
+      const queues = [...new Set(inserted.rows.map((r) => r.queue))];
+      await c.query(this.sql.notify, [queues, this.channel]);
+    }
+    return jobs.map((j) => byKey.get(j.requestKey)!);
+  }
+
+  async jobGet(p: { id: string }): Promise<JobDetail | null> {
+    const r = await this.run(
+      (c) =>
+        c.query<{ job: JobRow; attempts: AttemptRow[]; events: EventRow[] }>(this.sql.jobDetail, [
+          p.id,
+        ]),
+      { reads: true },
+    );
+    const row = r.rows[0];
+    if (!row) return null;
+    return {
+      job: jobFromRow(row.job),
+      attempts: row.attempts.map(attemptFromRow),
+      events: row.events.map(eventFromRow),
+    };
+  }
+
+  async jobList(p: JobListParams): Promise<JobRecord[]> {
+    const where: string[] = [];
+    const args: unknown[] = [];
+    const param = (value: unknown) => {
+      args.push(value);
+      return `$${args.length}`;
+    };
+    if (p.states?.length) where.push(`state = ANY(${param(p.states)}::text[])`);
+    if (p.queue !== undefined) where.push(`queue = ${param(p.queue)}`);
+    if (p.operation !== undefined) where.push(`operation = ${param(p.operation)}`);
+    if (p.beforeId !== undefined) where.push(`id < ${param(p.beforeId)}`);
+    const sql =
+      `${this.sql.jobListBase} ${where.length ? 'WHERE ' + where.join(' AND ') : ''}` +
+      ` ORDER BY id DESC LIMIT ${param(p.limit)}`;
+    const r = await this.run((c) => c.query<JobRow>(sql, args), { reads: true });
+    return r.rows.map(jobFromRow);
+  }
+
+  async jobTransition(t: JobTransition): Promise<boolean> {
+    assertTransitionLegal(t);
+    return this.tx(async (c) => {
+      const { job, now } = await this.lockJob(c, t.jobId);
+      const attempt =
+        job && job.attemptCount > 0
+          ? await this.lockAttempt(c, job.id, job.attemptCount)
+          : undefined;
+      if (!transitionApplies(job, attempt, t)) return false;
+      assert(job, 'transition applies to an existing job');
+      if (t.resolution) {
+        const r = await c.query(this.sql.attemptResolve, [
+          t.jobId,
+          t.expectAttemptNo,
+          t.resolution.kind,
+          t.resolution.source,
+          jsonOrNull(t.resolution.evidence),
+          now,
+        ]);
+        assert(r.rowCount === 1, `job ${t.jobId} attempt ${t.expectAttemptNo} took its resolution`);
+      }
+      const w = new WriteSet();
+      w.jobs.push(
+        this.jobMove(job, t.to, now, {
+          ...(t.to === 'QUEUED' ? { runAt: now + (t.delayMs ?? 0) } : {}),
+          ...(t.to === 'UNKNOWN' && t.recheckDelayMs !== undefined
+            ? { nextCheckAt: now + t.recheckDelayMs }
+            : {}),
+          ...(t.to === 'QUEUED'
+            ? { lookupFailures: 0 }
+            : t.lookupFailures !== undefined
+              ? { lookupFailures: t.lookupFailures }
+              : {}),
+          resultJson: t.resultJson ?? null,
+          errorJson: jsonOrNull(t.error),
+        }),
+      );
+      if (t.to === 'QUEUED') w.requeued.add(job.queue);
+      w.events.push(
+        this.event(job, {
+          attemptNo: t.expectAttemptNo || null,
+          kind: t.event.kind,
+          fromState: t.from,
+          toState: t.to,
+          actor: t.event.actor,
+          detail: {
+            ...(t.event.detail ?? {}),
+            ...(t.resolution
+              ? {
+                  resolution: t.resolution.kind,
+                  source: t.resolution.source,
+                  evidence: t.resolution.evidence,
+                }
+              : {}),
+          },
+        }),
+      );
+      await this.flush(c, w, now);
+      return true;
+    });
+  }
+
+  private async lockJob(c: Queryable, id: string): Promise<{ job?: JobRecord; now: number }> {
+    const r = await c.query<JobRow & { now: Date }>(this.sql.jobLock, [id]);
+    const row = r.rows[0];
+    if (!row) return { now: await this.clockOn(c) };
+    return { job: jobFromRow(row), now: toMs(row.now) };
+  }
+
+  private async lockAttempt(
+    c: Queryable,
+    jobId: string,
+    attemptNo: number,
+  ): Promise<AttemptRecord | undefined> {
+    const r = await c.query<AttemptRow>(this.sql.attemptLock, [jobId, attemptNo]);
+    return r.rows[0] && attemptFromRow(r.rows[0]);
+  }
+
+  async jobCancel(p: {
+    id: string;
+    actor: string;
+    reason: string;
+  }): Promise<JobCancelResult | null> {
+    return this.tx(async (c): Promise<JobCancelResult | null> => {
+      const { job, now } = await this.lockJob(c, p.id);
+      if (!job) return null;
+      const errorJson = JSON.stringify({ name: 'Cancelled', message: p.reason });
+      const w = new WriteSet();
+      if (job.state === 'QUEUED') {
+        w.jobs.push(this.jobMove(job, 'CANCELLED', now, { errorJson }));
+        w.events.push(
+          this.event(job, {
+            attemptNo: job.attemptCount || null,
+            kind: 'cancelled',
+            fromState: 'QUEUED',
+            toState: 'CANCELLED',
+            actor: p.actor,
+            detail: { reason: p.reason },
+          }),
+        );
+      } else if (job.state === 'LEASED') {
+        const attempt = await this.lockAttempt(c, job.id, job.attemptCount);
+        if (!attempt || attempt.state !== 'LEASED' || attempt.dispatchedAt !== null)
+          return {
+            cancelled: false,
+            job,
+            why: 'its current attempt has already dispatched the request',
+          };
+        // Ending the attempt fences its worker: its dispatch marker write will not apply.
+        w.attemptEnds.push({
+          job_id: job.id,
+          attempt_no: attempt.attemptNo,
+          lease_token: attempt.leaseToken,
+          state: 'FAILED_BEFORE_SEND',
+          finished_at: now,
+          result_json: null,
+          error_json: null,
+          reason: 'cancelled',
+        });
+        w.jobs.push(this.jobMove(job, 'CANCELLED', now, { errorJson }));
+        w.events.push(
+          this.event(job, {
+            attemptNo: attempt.attemptNo,
+            kind: 'cancelled',
+            fromState: 'LEASED',
+            toState: 'CANCELLED',
+            actor: p.actor,
+            detail: { reason: p.reason, fencedOwner: attempt.ownerId },
+          }),
+        );
+      } else {
+        return { cancelled: false, job, why: `it is ${job.state}` };
+      }
+      const [after] = await this.flush(c, w, now);
+      assert(after, `cancelled job ${job.id} was written`);
+      return { cancelled: true, job: after };
+    });
+  }
+
+  async jobReconcileClaimMany(p: {
+    operations: string[];
+    limit: number;
+    holdMs: number;
+  }): Promise<ClaimedAttempt[]> {
+    if (p.operations.length === 0 || p.limit <= 0) return [];
+    const r = await this.run((c) =>
+      c.query<{ job: JobRow; attempt: AttemptRow | null }>(this.sql.jobReconcileClaim, [
+        p.operations,
+        p.limit,
+        p.holdMs,
+      ]),
+    );
+    return r.rows.map((row) => {
+      const job = jobFromRow(row.job);
+      assert(row.attempt, `UNKNOWN job ${job.id} has its attempt ${job.attemptCount}`);
+      return { job, attempt: attemptFromRow(row.attempt) };
+    });
+  }
+
+  // ---------------------------------------------------------------- attempts
+
+  async attemptClaimMany(p: {
+    ownerId: string;
+    queues: string[];
+    operations: string[];
+    limit: number;
+    leaseMs: number;
+  }): Promise<ClaimedAttempt[]> {
+    if (p.queues.length === 0 || p.operations.length === 0 || p.limit <= 0) return [];
+    const r = await this.run((c) =>
+      c.query<{ job: JobRow; attempt: AttemptRow }>(this.sql.attemptClaim, [
+        p.queues,
+        p.operations,
+        p.limit,
+        p.ownerId,
+        p.leaseMs,
+      ]),
+    );
+    return r.rows.map((row) => ({
+      job: jobFromRow(row.job),
+      attempt: attemptFromRow(row.attempt),
+    }));
+  }
+
+  async attemptDispatchMany(p: { leases: LeaseRef[] }): Promise<DispatchMarkResult[]> {
+    if (p.leases.length === 0) return [];
+    return this.tx(async (c) => {
+      const { now, locked } = await this.lockLeases(c, p.leases);
+      const marks: Record<string, unknown>[] = [];
+      const w = new WriteSet();
+      const results = p.leases.map((lease): DispatchMarkResult => {
+        const l = locked.get(leaseKey(lease.jobId, lease.attemptNo));
+        if (!l || !leaseHolds(l.job, l.attempt, lease)) return { ok: false, reason: 'lease-lost' };
+        if (l.attempt.leaseExpiresAt <= now) return { ok: false, reason: 'lease-expired' };
+        assert(
+          l.attempt.dispatchedAt === null,
+          `job ${l.job.id} attempt ${l.attempt.attemptNo} dispatched twice`,
+        );
+        marks.push({
+          job_id: lease.jobId,
+          attempt_no: lease.attemptNo,
+          lease_token: lease.leaseToken,
+        });
+        w.events.push(
+          this.event(l.job, {
+            attemptNo: l.attempt.attemptNo,
+            kind: 'dispatched',
+            actor: l.attempt.ownerId,
+          }),
+        );
+        return { ok: true, dispatchedAt: now, leaseExpiresAt: l.attempt.leaseExpiresAt };
+      });
+      if (marks.length > 0) {
+        const r = await c.query(this.sql.attemptDispatch, [JSON.stringify(marks), now]);
+        assert(r.rowCount === marks.length, 'every held lease took its dispatch marker');
+      }
+      await this.flush(c, w, now);
+      return results;
+    });
+  }
+
+  async attemptHeartbeatMany(p: {
+    leases: LeaseRef[];
+    leaseMs: number;
+  }): Promise<HeartbeatResult[]> {
+    if (p.leases.length === 0) return [];
+    const refs = p.leases.map((l) => ({
+      job_id: l.jobId,
+      attempt_no: l.attemptNo,
+      lease_token: l.leaseToken,
+    }));
+    const r = await this.run((c) =>
+      c.query<{ job_id: string; attempt_no: number; lease_expires_at: Date }>(
+        this.sql.attemptHeartbeat,
+        [JSON.stringify(refs), p.leaseMs],
+      ),
+    );
+    const extended = new Map(
+      r.rows.map((row) => [leaseKey(row.job_id, row.attempt_no), toMs(row.lease_expires_at)]),
+    );
+    return p.leases.map((lease) => {
+      const until = extended.get(leaseKey(lease.jobId, lease.attemptNo));
+      return until === undefined
+        ? { lease, ok: false, leaseExpiresAt: null }
+        : { lease, ok: true, leaseExpiresAt: until };
+    });
+  }
+
+  async attemptFinishMany(p: { finishes: AttemptFinish[] }): Promise<boolean[]> {
+    if (p.finishes.length === 0) return [];
+    return this.tx(async (c) => {
+      const { now, locked } = await this.lockLeases(
+        c,
+        p.finishes.map((f) => f.lease),
+      );
+      const w = new WriteSet();
+      const applied = p.finishes.map((f) => {
+        const l = locked.get(leaseKey(f.lease.jobId, f.lease.attemptNo));
+        if (!l || !leaseHolds(l.job, l.attempt, f.lease)) return false;
+        assertFinishLegal(l.job, l.attempt, f);
+        this.finishAttempt(w, l.job, l.attempt, f, now);
+        // A second finish of the same lease in this batch must see it ended.
+        l.attempt = { ...l.attempt, state: f.state };
+        return true;
+      });
+      await this.flush(c, w, now);
+      return applied;
+    });
+  }
+
+  async attemptExpiredList(p: { skewMs: number; limit: number }): Promise<ExpiredAttempt[]> {
+    const r = await this.run(
+      (c) =>
+        c.query<{ job: JobRow; attempt: AttemptRow }>(this.sql.attemptExpiredList, [
+          p.skewMs,
+          p.limit,
+        ]),
+      { reads: true },
+    );
+    return r.rows.map((row) => ({
+      attempt: attemptFromRow(row.attempt),
+      job: jobFromRow(row.job),
+    }));
+  }
+
+  async attemptExpireMany(p: { expiries: AttemptExpire[]; skewMs: number }): Promise<boolean[]> {
+    if (p.expiries.length === 0) return [];
+    return this.tx(async (c) => {
+      const { now, locked } = await this.lockLeases(
+        c,
+        p.expiries.map((e) => e.lease),
+      );
+      const w = new WriteSet();
+      const applied = p.expiries.map((e) => {
+        const l = locked.get(leaseKey(e.lease.jobId, e.lease.attemptNo));
+        // Re-checked under the lock: a second reclaimer, or a late heartbeat, finds nothing to do.
+        if (!l || !leaseHolds(l.job, l.attempt, e.lease)) return false;
+        if (l.attempt.leaseExpiresAt + p.skewMs >= now) return false;
+        assert(
+          (l.attempt.dispatchedAt === null) === (e.state === 'FAILED_BEFORE_SEND'),
+          `expiry of job ${l.job.id} attempt ${l.attempt.attemptNo} misread its dispatch marker`,
+        );
+        assertFinishLegal(l.job, l.attempt, { ...e, resultJson: null, error: null });
+        this.finishAttempt(w, l.job, l.attempt, e, now);
+        l.attempt = { ...l.attempt, state: e.state };
+        return true;
+      });
+      await this.flush(c, w, now);
+      return applied;
+    });
+  }
+
+  // ---------------------------------------------------------------- events and stats
+
+  async eventAppendMany(p: { events: EventInsert[] }): Promise<void> {
+    if (p.events.length === 0) return;
+    const rows = p.events.map((e) => ({
+      job_id: e.jobId,
+      attempt_no: e.attemptNo,
+      kind: e.kind,
+      from_state: e.fromState ?? null,
+      to_state: e.toState ?? null,
+      actor: e.actor,
+      detail_json: jsonOrNull(e.detail),
+    }));
+    await this.run((c) => c.query(this.sql.eventAppend, [JSON.stringify(rows)]));
+  }
+
+  async statsGet(): Promise<StoreStats> {
+    const r = await this.run(
+      (c) =>
+        c.query<{
+          now: Date;
+          counts: { queue: string; state: JobState; n: number }[];
+          oldest: { queue: string; t: string }[];
+          by_operation: { operation: string; unknown: number; needs_review: number }[];
+          expired: number;
+        }>(this.sql.stats),
+      { reads: true },
+    );
+    const row = r.rows[0]!;
+    const byQueue = new Map<string, StoreStats['queues'][number]>();
+    const entry = (queue: string) => {
+      let q = byQueue.get(queue);
+      if (!q) {
+        q = {
+          queue,
+          counts: Object.fromEntries(JOB_STATES.map((s) => [s, 0])) as Record<JobState, number>,
+          oldestDueAt: null,
+        };
+        byQueue.set(queue, q);
+      }
+      return q;
+    };
+    for (const c of row.counts) entry(c.queue).counts[c.state] = c.n;
+    for (const o of row.oldest) entry(o.queue).oldestDueAt = toMs(o.t);
+    return {
+      now: toMs(row.now),
+      queues: [...byQueue.values()].sort((a, b) => a.queue.localeCompare(b.queue)),
+      byOperation: row.by_operation.map((b) => ({
+        operation: b.operation,
+        unknown: b.unknown,
+        needsReview: b.needs_review,
+      })),
+      expiredLeases: row.expired,
+    };
+  }
+
+  // ---------------------------------------------------------------- notifications
+
+  async workSubscribe(p: {
+    queues: string[];
+    onWork: () => void;
+  }): Promise<{ close(): Promise<void> }> {
+    this.connPool();
+    this.listener ??= new WorkListener(this.clientConfig, this.channel);
+    return this.listener.subscribe(p.queues, p.onWork);
   }
 }
+
+// ------------------------------------------------------------------ helpers
+
+function leaseKey(jobId: string, attemptNo: number): string {
+  return `${jobId}#${attemptNo}`;
+}
+
+/** The caller's client for a transactional enqueue: anything with pg's `query` method. */
+function callerClient(transaction: unknown): Queryable {
+  if (
+    typeof transaction !== 'object' ||
+    transaction === null ||
+    typeof (transaction as { query?: unknown }).query !== 'function'
+  ) {
+    throw new InvalidInput(
+      'transaction must be a pg Client or PoolClient with an open transaction (BEGIN already run)',
+    );
+  }
+  return transaction as Queryable;
+}
+
+/** Takes `?schema=` out of the URL (it is reckon's, not the driver's) and validates the name. */
+function splitSchema(
+  connectionString: string,
+  option: string | undefined,
+): { connectionString: string; schema: string } {
+  let fromUrl: string | undefined;
+  let rest = connectionString;
+  const q = connectionString.indexOf('?');
+  if (q >= 0) {
+    const params = new URLSearchParams(connectionString.slice(q + 1));
+    fromUrl = params.get('schema') ?? undefined;
+    params.delete('schema');
+    const tail = params.toString();
+    rest = connectionString.slice(0, q) + (tail ? `?${tail}` : '');
+  }
+  if (option !== undefined && fromUrl !== undefined && option !== fromUrl)
+    throw new InvalidInput(
+      `the store URL names schema ${JSON.stringify(fromUrl)} but the schema option is ${JSON.stringify(option)}`,
+    );
+  const schema = option ?? fromUrl ?? DEFAULT_SCHEMA;
+  if (typeof schema !== 'string' || !SCHEMA_NAME_RE.test(schema))
+    throw new InvalidInput(
+      `schema ${JSON.stringify(schema)} is not a valid name: 1-48 lower-case letters, digits or _, not starting with a digit`,
+    );
+  return { connectionString: rest, schema };
+}
+
+/** The URL without its password, for messages. */
+function redact(url: string): string {
+  return url.replace(/(\/\/[^:/@]+):[^@/]*@/, '$1:***@');
+}
+
+/**
+ * Is this a failure to reach the server, rather than an answer from it? Driver errors without a
+ * SQLSTATE can only be told apart by their message; SQLSTATE class 08 is "connection exception",
+ * 57P01-57P03 are shutdowns, 3D000 a missing database, 28xxx refused credentials.
+ */
+function isConnectionError(err: unknown): boolean {
+  if (!(err instanceof Error) || err instanceof InvariantViolation) return false;
+  const code = (err as { code?: unknown }).code;
+  if (typeof code === 'string') {
+    if (NET_CODES.has(code)) return true;
+    if (/^(08|28)/.test(code) || ['57P01', '57P02', '57P03', '3D000'].includes(code)) return true;
+  }
+  return /Connection terminated|connection timeout|timeout expired|Query read timeout|not queryable|Client was closed|Connection ended/i.test(
+    err.message,
+  );
+}
+
+const NET_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'EPIPE',
+]);

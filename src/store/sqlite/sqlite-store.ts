@@ -131,7 +131,10 @@ export class SqliteStore implements Store {
     }
     // better-sqlite3 throws a bare TypeError, with no code, for a missing directory.
     if (err instanceof TypeError && /directory does not exist/.test(err.message)) {
-      return new StoreUnavailable(`cannot open ${this.location}: its directory does not exist`, err);
+      return new StoreUnavailable(
+        `cannot open ${this.location}: its directory does not exist`,
+        err,
+      );
     }
     if (code.startsWith('SQLITE_CANTOPEN'))
       return new StoreUnavailable(
@@ -420,8 +423,8 @@ export class SqliteStore implements Store {
   }
 
   jobTransition(t: JobTransition): Promise<boolean> {
-    assertTransitionLegal(t);
     return this.write(() => {
+      assertTransitionLegal(t);
       const now = this.now();
       const job = this.getJob(t.jobId);
       const attempt =

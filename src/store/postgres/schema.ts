@@ -1,0 +1,114 @@
+/**
+ * PostgreSQL migrations: append-only and numbered; never edit a released one.
+ *
+ * The tables, columns, CHECKs and the one-lease partial index mirror the SQLite schema
+ * (../sqlite/schema.ts). Times are `timestamptz` truncated to milliseconds, read on the
+ * database's clock, so that the store and the runtime agree to the millisecond. Migration SQL is
+ * unqualified: it runs with `search_path` set to reckon's own schema.
+ */
+export interface Migration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+const JOB_STATES = `'QUEUED','LEASED','UNKNOWN','NEEDS_REVIEW','SUCCEEDED','FAILED','CANCELLED'`;
+const ATTEMPT_STATES = `'LEASED','SUCCEEDED','FAILED_BEFORE_SEND','FAILED','UNKNOWN'`;
+
+export const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: 'journal',
+    sql: `
+CREATE TABLE jobs (
+  id                  text PRIMARY KEY,
+  queue               text NOT NULL,
+  operation           text NOT NULL,
+  input_json          text NOT NULL,
+  request_key         text NOT NULL UNIQUE,
+  request_fingerprint text NOT NULL,
+  run_id              text,
+  step_id             text,
+  state               text NOT NULL CHECK (state IN (${JOB_STATES})),
+  priority            integer NOT NULL DEFAULT 0,
+  run_at              timestamptz NOT NULL,
+  created_at          timestamptz NOT NULL,
+  updated_at          timestamptz NOT NULL,
+  finished_at         timestamptz,
+  attempt_count       integer NOT NULL DEFAULT 0 CHECK (attempt_count >= 0),
+  max_attempts        integer NOT NULL CHECK (max_attempts >= 1),
+  backoff_json        text NOT NULL,
+  timeout_ms          bigint NOT NULL,
+  next_check_at       timestamptz,
+  lookup_failures     integer NOT NULL DEFAULT 0,
+  result_json         text,
+  error_json          text,
+  CHECK (state <> 'UNKNOWN' OR next_check_at IS NOT NULL)
+);
+CREATE INDEX jobs_claim ON jobs (queue, priority DESC, run_at, id) WHERE state = 'QUEUED';
+CREATE INDEX jobs_reconcile ON jobs (next_check_at) WHERE state = 'UNKNOWN';
+CREATE INDEX jobs_state ON jobs (state, queue);
+
+CREATE TABLE attempts (
+  job_id                   text NOT NULL REFERENCES jobs (id),
+  attempt_no               integer NOT NULL CHECK (attempt_no >= 1),
+  request_key              text NOT NULL,
+  request_fingerprint      text NOT NULL,
+  state                    text NOT NULL CHECK (state IN (${ATTEMPT_STATES})),
+  owner_id                 text NOT NULL,
+  lease_token              text NOT NULL,
+  leased_at                timestamptz NOT NULL,
+  lease_expires_at         timestamptz NOT NULL,
+  dispatched_at            timestamptz,
+  finished_at              timestamptz,
+  result_json              text,
+  error_json               text,
+  reason                   text,
+  resolution               text CHECK (resolution IN ('succeeded','failed','not_found','retry')),
+  resolution_source        text,
+  resolution_evidence_json text,
+  resolved_at              timestamptz,
+  PRIMARY KEY (job_id, attempt_no),
+  -- invariant 5: UNKNOWN is a marker without an outcome
+  CHECK (state <> 'UNKNOWN' OR dispatched_at IS NOT NULL),
+  CHECK (resolution IS NULL OR state = 'UNKNOWN')
+);
+-- invariant 2: at most one live attempt per job
+CREATE UNIQUE INDEX attempts_one_lease ON attempts (job_id) WHERE state = 'LEASED';
+CREATE INDEX attempts_expiry ON attempts (lease_expires_at) WHERE state = 'LEASED';
+
+CREATE TABLE events (
+  id                  bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  job_id              text NOT NULL,
+  attempt_no          integer,
+  request_fingerprint text NOT NULL,
+  kind                text NOT NULL,
+  from_state          text,
+  to_state            text,
+  actor               text NOT NULL,
+  detail_json         text,
+  at                  timestamptz NOT NULL
+);
+CREATE INDEX events_job ON events (job_id, id);
+-- invariant 8: events are append-only
+CREATE FUNCTION events_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION 'reckon events are append-only' USING ERRCODE = 'restrict_violation';
+END
+$$;
+CREATE TRIGGER events_no_update BEFORE UPDATE OR DELETE ON events
+  FOR EACH ROW EXECUTE FUNCTION events_append_only();
+CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON events
+  FOR EACH STATEMENT EXECUTE FUNCTION events_append_only();
+`,
+  },
+];
+
+export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
+
+/** Lives outside the migrations: it records them. */
+export const MIGRATIONS_TABLE_SQL = `CREATE TABLE IF NOT EXISTS reckon_migrations (
+  version    integer PRIMARY KEY,
+  name       text NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)`;

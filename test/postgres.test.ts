@@ -1,0 +1,611 @@
+/**
+ * What only the PostgreSQL store does: transactional enqueue (the outbox pattern), migrations
+ * from several processes at once, LISTEN/NOTIFY wake-ups, and staying correct when connections
+ * die, when the server itself restarts, and when worker processes are killed at random.
+ *
+ * Every test makes its own database (tempPgStore) and drops it; the restart test makes its own
+ * throwaway cluster, because the machine's shared server serves other test files in parallel.
+ * The verdict is always the business outcome at a downstream ledger: each effect exactly once
+ * (or the job in NEEDS_REVIEW), nothing lost.
+ */
+import { execFile, spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { promisify } from 'node:util';
+import pg from 'pg';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import {
+  InvalidInput,
+  RequestKeyConflict,
+  StoreUnavailable,
+  defineOperation,
+  openQueue,
+  type Queue,
+} from '../src/index.js';
+import type { Worker } from '../src/runtime/worker.js';
+import { mulberry32 } from '../src/runtime/faults.js';
+import { PostgresStore } from '../src/store/postgres/postgres-store.js';
+import { LATEST_SCHEMA_VERSION } from '../src/store/postgres/schema.js';
+import type { Store } from '../src/store/store.js';
+import { startDownstream } from '../src/testkit/downstream.js';
+import { startWorkerChild, type WorkerChild } from '../src/testkit/fleet.js';
+import { downstreamOperation } from '../src/testkit/operations.js';
+import {
+  judge,
+  judgeDetails,
+  jobDetails,
+  waitUntilSettled,
+  type Verdict,
+} from '../src/testkit/verdict.js';
+import {
+  PG_ADMIN_URL,
+  pgUnavailableReason,
+  tempPgStore,
+  type TestStore,
+} from './helpers/stores.js';
+
+const run = promisify(execFile);
+const pgReason = await pgUnavailableReason();
+const clusterReason = await privateClusterSupport();
+
+// ------------------------------------------------------------------ helpers
+
+async function pgDatabase(): Promise<TestStore> {
+  const t = await tempPgStore();
+  onTestFinished(() => t.drop());
+  return t;
+}
+
+async function queueOn(url: string | Store): Promise<Queue> {
+  const q = await openQueue({ store: url });
+  onTestFinished(() => q.close());
+  return q;
+}
+
+async function client(url: string): Promise<pg.Client> {
+  const c = new pg.Client({ connectionString: url });
+  c.on('error', () => undefined);
+  await c.connect();
+  onTestFinished(() => c.end().catch(() => undefined));
+  return c;
+}
+
+/** An operation whose side effect is a count per request key in this process: the ledger. */
+function ledgerOp(ledger: Map<string, number>, o: { name?: string; sendMs?: number } = {}) {
+  return defineOperation<{ n: number }, { ok: true }>({
+    name: o.name ?? 'ledger.effect',
+    lookup: (requestKey) =>
+      Promise.resolve(
+        ledger.has(requestKey)
+          ? { found: true, outcome: 'succeeded', result: { ok: true } }
+          : { found: false },
+      ),
+    execute: (_input, ctx) =>
+      ctx.dispatch(async () => {
+        if (o.sendMs) await sleep(o.sendMs);
+        ledger.set(ctx.requestKey, (ledger.get(ctx.requestKey) ?? 0) + 1);
+        return { ok: true as const };
+      }),
+    timeoutMs: 1_000,
+    reconcile: { graceMs: 100, lookupBackoffMs: 100, lookupBackoffMaxMs: 500 },
+    retry: { maxAttempts: 20, backoff: { initialMs: 20, factor: 2, maxMs: 200 } },
+  });
+}
+
+function ledgerOf(ledger: Map<string, number>) {
+  return { effectsOf: (key: string) => ledger.get(key) ?? 0 };
+}
+
+function expectEachEffectOnce(v: Verdict, jobs: number): void {
+  expect(v.violations).toEqual([]);
+  expect(v.unsettled).toEqual([]);
+  expect(v.byState.SUCCEEDED).toBe(jobs);
+}
+
+async function until<T>(
+  what: string,
+  fn: () => Promise<T> | T,
+  ms = 10_000,
+): Promise<NonNullable<T>> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await sleep(20);
+  }
+}
+
+function startWorker(q: Queue, options: Parameters<Queue['worker']>[0]): Promise<Worker> {
+  const w = q.worker(options);
+  // Loop errors while the database is away are expected here; the verdict judges the outcome.
+  w.on('error', () => undefined);
+  onTestFinished(() => w.stop());
+  return w.start().then(() => w);
+}
+
+function dbName(url: string): string {
+  return new URL(url).pathname.slice(1);
+}
+
+// ------------------------------------------------------------------ tests
+
+describe.skipIf(pgReason !== null)(
+  `PostgreSQL store${pgReason ? ` (skipped: ${pgReason})` : ''}`,
+  () => {
+    describe('transactional enqueue (outbox)', () => {
+      it('a job enqueued in the caller’s transaction exists iff it commits, and then runs', async () => {
+        const t = await pgDatabase();
+        const q = await queueOn(t.url);
+        const ledger = new Map<string, number>();
+        const op = ledgerOp(ledger);
+        const app = await client(t.url);
+        await app.query('CREATE TABLE orders (id text PRIMARY KEY)');
+
+        await app.query('BEGIN');
+        await app.query(`INSERT INTO orders VALUES ('o1')`);
+        const rolledBack = await q.enqueue(op, { n: 1 }, { key: 'order:o1', transaction: app });
+        expect(rolledBack.deduplicated).toBe(false);
+        // Not visible to anyone else before the commit.
+        expect(await q.job(rolledBack.id)).toBeNull();
+        await app.query('ROLLBACK');
+        expect(await q.job(rolledBack.id)).toBeNull();
+        expect(await q.jobs()).toEqual([]);
+
+        await app.query('BEGIN');
+        await app.query(`INSERT INTO orders VALUES ('o2')`);
+        const [committed] = await q.enqueueMany(op, [{ input: { n: 2 }, key: 'order:o2' }], {
+          transaction: app,
+        });
+        await app.query('COMMIT');
+        expect((await q.job(committed!.id))?.job.state).toBe('QUEUED');
+
+        await startWorker(q, { operations: [op], pollIntervalMs: 50 });
+        await until(
+          'the committed job to run',
+          async () => (await q.job(committed!.id))?.job.state === 'SUCCEEDED',
+        );
+        expect([...ledger]).toEqual([['order:o2', 1]]);
+      });
+
+      it('a conflict rolls back only reckon’s part; the caller’s transaction stays usable', async () => {
+        const t = await pgDatabase();
+        const q = await queueOn(t.url);
+        const op = ledgerOp(new Map());
+        const app = await client(t.url);
+        await app.query('CREATE TABLE orders (id text PRIMARY KEY)');
+        await q.enqueue(op, { n: 1 }, { key: 'order:1' });
+
+        await app.query('BEGIN');
+        await app.query(`INSERT INTO orders VALUES ('a')`);
+        await expect(
+          q.enqueueMany(
+            op,
+            [
+              { input: { n: 2 }, key: 'fresh' },
+              { input: { n: 99 }, key: 'order:1' },
+            ],
+            {
+              transaction: app,
+            },
+          ),
+        ).rejects.toBeInstanceOf(RequestKeyConflict);
+        await app.query(`INSERT INTO orders VALUES ('b')`);
+        await app.query('COMMIT');
+        expect((await app.query('SELECT id FROM orders ORDER BY id')).rows).toEqual([
+          { id: 'a' },
+          { id: 'b' },
+        ]);
+        expect((await q.jobs()).map((j) => j.requestKey)).toEqual(['order:1']);
+
+        // Outside a transaction, or not a client at all: a clear InvalidInput, nothing written.
+        await expect(
+          q.enqueue(op, { n: 3 }, { key: 'k3', transaction: app }),
+        ).rejects.toBeInstanceOf(InvalidInput);
+        await expect(
+          q.enqueue(op, { n: 3 }, { key: 'k3', transaction: 'nope' }),
+        ).rejects.toBeInstanceOf(InvalidInput);
+        expect(await q.jobs()).toHaveLength(1);
+      });
+    });
+
+    describe('opening', () => {
+      it('several processes and connections migrating one new schema at once apply each migration once', async () => {
+        const t = await pgDatabase();
+        const url = `${t.url}?schema=tenant_a`;
+        const children = Array.from({ length: 3 }, () => {
+          const p = spawn(
+            process.execPath,
+            ['--import', 'tsx', 'test/fixtures/pg-migrate.ts', url],
+            {
+              stdio: ['ignore', 'pipe', 'pipe'],
+            },
+          );
+          let out = '';
+          let err = '';
+          p.stdout.on('data', (c: Buffer) => (out += c.toString()));
+          p.stderr.on('data', (c: Buffer) => (err += c.toString()));
+          return new Promise<{ code: number | null; out: string; err: string }>((resolve) =>
+            p.once('exit', (code) => resolve({ code, out, err })),
+          );
+        });
+        const stores = Array.from(
+          { length: 6 },
+          () => new PostgresStore({ connectionString: url }),
+        );
+        onTestFinished(() => Promise.all(stores.map((s) => s.close())).then(() => undefined));
+        await Promise.all(stores.map((s) => s.init()));
+        for (const c of await Promise.all(children)) {
+          expect(c.err).toBe('');
+          expect(c).toMatchObject({ code: 0, out: `${LATEST_SCHEMA_VERSION}\n` });
+        }
+        const admin = await client(t.url);
+        const rows = (
+          await admin.query('SELECT version FROM tenant_a.reckon_migrations ORDER BY version')
+        ).rows;
+        expect(rows.map((r: { version: number }) => r.version)).toEqual(
+          Array.from({ length: LATEST_SCHEMA_VERSION }, (_, i) => i + 1),
+        );
+        // The tables live in the named schema only.
+        const where = await admin.query(
+          `SELECT to_regclass('tenant_a.jobs') AS a, to_regclass('reckon.jobs') AS b`,
+        );
+        expect(where.rows[0]).toEqual({ a: 'tenant_a.jobs', b: null });
+        expect(stores[0]!.schema).toBe('tenant_a');
+      });
+
+      it('an unreachable server is StoreUnavailable without the password; a bad schema name is InvalidInput', async () => {
+        const s = new PostgresStore({
+          connectionString: 'postgres://reckon:s3cret-pw@127.0.0.1:1/reckon',
+          connectTimeoutMs: 2_000,
+        });
+        const err = await s.init().catch((e: unknown) => e);
+        expect(err).toBeInstanceOf(StoreUnavailable);
+        expect((err as Error).message).toMatch(/unreachable/);
+        expect((err as Error).message).not.toContain('s3cret-pw');
+        expect(s.location).not.toContain('s3cret-pw');
+        expect(
+          () => new PostgresStore({ connectionString: PG_ADMIN_URL, schema: 'x; DROP TABLE y' }),
+        ).toThrow(InvalidInput);
+        expect(
+          () => new PostgresStore({ connectionString: `${PG_ADMIN_URL}?schema=a`, schema: 'b' }),
+        ).toThrow(InvalidInput);
+      });
+    });
+
+    describe('LISTEN/NOTIFY', () => {
+      it('wakes a worker polling every 5 s at once, from another process’s enqueue, also after its listener was cut', async () => {
+        const t = await pgDatabase();
+        const producer = await queueOn(t.url); // its own pool: the in-process notifier cannot help
+        const consumer = await queueOn(t.url);
+        const ranAt = new Map<string, number>();
+        const op = defineOperation<{ n: number }, null>({
+          name: 'notify.probe',
+          execute: (_i, ctx) => {
+            ranAt.set(ctx.requestKey, Date.now());
+            return Promise.resolve(null);
+          },
+        });
+        await startWorker(consumer, { operations: [op], pollIntervalMs: 5_000, recover: false });
+        await sleep(300); // the first poll found nothing; the next one is 5 s away
+
+        const t0 = Date.now();
+        await producer.enqueue(op, { n: 1 }, { key: 'n1' });
+        await until('the first job to run', () => ranAt.has('n1'), 4_000);
+        expect(ranAt.get('n1')! - t0).toBeLessThan(1_500);
+
+        const admin = await client(PG_ADMIN_URL);
+        const listening = `SELECT pid FROM pg_stat_activity WHERE datname = $1 AND query ILIKE 'LISTEN%'`;
+        const cut = await admin.query(`SELECT pg_terminate_backend(pid) FROM (${listening}) l`, [
+          dbName(t.url),
+        ]);
+        expect(cut.rowCount).toBe(1);
+        await until(
+          'the listener to reconnect',
+          async () => (await admin.query(listening, [dbName(t.url)])).rowCount === 1,
+        );
+        await sleep(200);
+
+        const t1 = Date.now();
+        await producer.enqueue(op, { n: 2 }, { key: 'n2' });
+        await until('the second job to run', () => ranAt.has('n2'), 4_000);
+        expect(ranAt.get('n2')! - t1).toBeLessThan(1_500);
+      });
+    });
+
+    describe('connection loss', () => {
+      it('a worker whose connections are killed over and over still does each effect exactly once', async () => {
+        const t = await pgDatabase();
+        const q = await queueOn(t.url);
+        const ledger = new Map<string, number>();
+        const op = ledgerOp(ledger, { sendMs: 3 });
+        const N = 300;
+        const jobs = await q.enqueueMany(
+          op,
+          Array.from({ length: N }, (_, i) => ({ input: { n: i }, key: `k${i}` })),
+        );
+        await startWorker(q, {
+          operations: [op],
+          concurrency: 16,
+          leaseMs: 2_000,
+          pollIntervalMs: 20,
+          clockSkewToleranceMs: 100,
+          reclaimIntervalMs: 100,
+          reconcileIntervalMs: 100,
+        });
+        const admin = await client(PG_ADMIN_URL);
+        let terminated = 0;
+        for (let i = 0; i < 12 && ledger.size < N; i++) {
+          await sleep(120);
+          const r = await admin.query(
+            `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`,
+            [dbName(t.url)],
+          );
+          terminated += r.rowCount ?? 0;
+        }
+        expect(terminated).toBeGreaterThan(0);
+        await waitUntilSettled(q, { timeoutMs: 30_000 });
+        const v = judgeDetails(
+          await jobDetails(
+            q,
+            jobs.map((j) => j.id),
+          ),
+          ledgerOf(ledger),
+        );
+        expectEachEffectOnce(v, N);
+        expect(ledger.size).toBe(N);
+      });
+
+      it('an outcome write that fails is retried until it lands, also when a try committed but its answer was lost', async () => {
+        const t = await pgDatabase();
+        const real = new PostgresStore({ connectionString: t.url });
+        let failuresLeft = 3;
+        let loseAnswers = 0;
+        const flaky = new Proxy(real, {
+          get(target, prop, receiver) {
+            if (prop === 'attemptFinishMany')
+              return async (p: Parameters<Store['attemptFinishMany']>[0]) => {
+                if (failuresLeft > 0) {
+                  failuresLeft--;
+                  throw new StoreUnavailable('injected: the database is away');
+                }
+                const answer = await target.attemptFinishMany(p);
+                if (loseAnswers > 0) {
+                  loseAnswers--;
+                  throw new StoreUnavailable('injected: committed, then the connection died');
+                }
+                return answer;
+              };
+            const v: unknown = Reflect.get(target, prop, receiver);
+            return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+          },
+        });
+        const q = await queueOn(flaky);
+        const ledger = new Map<string, number>();
+        const op = ledgerOp(ledger);
+        const w = await startWorker(q, { operations: [op], pollIntervalMs: 20, leaseMs: 5_000 });
+        const seen: string[] = [];
+        for (const e of ['succeeded', 'fenced', 'unknown'] as const) w.on(e, () => seen.push(e));
+
+        const a = await q.enqueue(op, { n: 1 }, { key: 'a' });
+        await until('a to succeed', async () => (await q.job(a.id))?.job.state === 'SUCCEEDED');
+        loseAnswers = 1;
+        const b = await q.enqueue(op, { n: 2 }, { key: 'b' });
+        await until('b to succeed', async () => (await q.job(b.id))?.job.state === 'SUCCEEDED');
+        await until('both announcements', () => seen.length >= 2);
+        expect(seen).toEqual(['succeeded', 'succeeded']);
+        for (const id of [a.id, b.id]) {
+          const d = (await q.job(id))!;
+          expect(d.attempts.map((x) => x.state)).toEqual(['SUCCEEDED']);
+          expect(d.events.filter((e) => e.kind === 'late-evidence')).toEqual([]);
+        }
+        expect([...ledger]).toEqual([
+          ['a', 1],
+          ['b', 1],
+        ]);
+      });
+    });
+
+    describe('PostgreSQL restarted mid-run (a private throwaway cluster)', () => {
+      it.skipIf(clusterReason !== null)(
+        `a crash restart of the server loses nothing and duplicates nothing${clusterReason ? ` (skipped: ${clusterReason})` : ''}`,
+        async () => {
+          const c = await PrivateCluster.start();
+          onTestFinished(() => c.destroy());
+          const q = await queueOn(c.url);
+          const ledger = new Map<string, number>();
+          const op = ledgerOp(ledger, { sendMs: 5 });
+          const N = 400;
+          const jobs = await q.enqueueMany(
+            op,
+            Array.from({ length: N }, (_, i) => ({ input: { n: i }, key: `r${i}` })),
+          );
+          await startWorker(q, {
+            operations: [op],
+            concurrency: 8,
+            leaseMs: 3_000,
+            pollIntervalMs: 20,
+            clockSkewToleranceMs: 100,
+            reclaimIntervalMs: 100,
+            reconcileIntervalMs: 100,
+          });
+          await until('a third of the jobs to run', () => ledger.size >= N / 3, 20_000);
+          await c.stop('immediate'); // a crash: no checkpoint, recovery from WAL on start
+          const doneWhileDown = ledger.size;
+          await sleep(1_000);
+          expect(ledger.size - doneWhileDown).toBeLessThanOrEqual(8); // only what was already in flight
+          await c.start();
+          await waitUntilSettled(q, { timeoutMs: 40_000 });
+          const v = judgeDetails(
+            await jobDetails(
+              q,
+              jobs.map((j) => j.id),
+            ),
+            ledgerOf(ledger),
+          );
+          expectEachEffectOnce(v, N);
+        },
+      );
+    });
+
+    describe('many worker processes', () => {
+      it('four worker processes, 1,500 jobs, SIGKILL at random: each effect at most once, nothing lost', async () => {
+        const t = await pgDatabase();
+        const downstream = await startDownstream();
+        onTestFinished(() => downstream.close());
+        const q = await queueOn(t.url);
+        const seed = Number(process.env.RECKON_SEED ?? 20260312);
+        const random = mulberry32(seed);
+        const ids: string[] = [];
+        for (const flavour of ['lookup', 'idempotent', 'none'] as const) {
+          const op = downstreamOperation(flavour, { url: downstream.url });
+          const count = flavour === 'none' ? 300 : 600;
+          const jobs = await q.enqueueMany(
+            op,
+            Array.from({ length: count }, (_, i) => ({ input: { n: i }, key: `${flavour}-${i}` })),
+          );
+          ids.push(...jobs.map((j) => j.id));
+        }
+        const children: WorkerChild[] = [];
+        onTestFinished(() => Promise.all(children.map((c) => c.kill())).then(() => undefined));
+        const spawnChild = () => {
+          const c = startWorkerChild({
+            storeUrl: t.url,
+            downstreamUrl: downstream.url,
+            concurrency: 8,
+            leaseMs: 1_000,
+            clockSkewToleranceMs: 100,
+            reclaimIntervalMs: 100,
+            reconcileIntervalMs: 100,
+            pollIntervalMs: 50,
+          });
+          children.push(c);
+          return c;
+        };
+        let live = Array.from({ length: 4 }, spawnChild);
+        await Promise.all(live.map((c) => c.ready));
+        let kills = 0;
+        const killUntil = Date.now() + 12_000;
+        while (Date.now() < killUntil && downstream.stats.effects < ids.length) {
+          await sleep(300 + random() * 900);
+          const victim = live[Math.floor(random() * live.length)]!;
+          await victim.kill();
+          kills++;
+          live = [...live.filter((c) => c !== victim), spawnChild()];
+        }
+        expect(kills).toBeGreaterThan(0);
+        try {
+          await waitUntilSettled(q, { timeoutMs: 60_000 });
+        } catch (err) {
+          throw new Error(
+            `${(err as Error).message} (seed ${seed})\n${children.map((c) => c.stderr).join('\n')}`,
+          );
+        }
+        const v = await judge(q, downstream, ids);
+        expect(v.violations, `seed ${seed}`).toEqual([]);
+        expect(v.unsettled).toEqual([]);
+        expect(v.duplicates).toEqual([]);
+        expect(v.jobs).toBe(ids.length);
+        expect(v.byState.SUCCEEDED + v.byState.NEEDS_REVIEW).toBe(ids.length);
+      });
+    });
+  },
+);
+
+// ------------------------------------------------------------------ a private cluster
+
+function pgBin(): string | null {
+  const root = '/usr/lib/postgresql';
+  if (!existsSync(root)) return null;
+  const versions = readdirSync(root).sort((a, b) => Number(b) - Number(a));
+  for (const v of versions)
+    if (existsSync(join(root, v, 'bin', 'initdb'))) return join(root, v, 'bin');
+  return null;
+}
+
+/** null when a throwaway cluster can be made here; otherwise why not. */
+async function privateClusterSupport(): Promise<string | null> {
+  if (!pgBin()) return 'no PostgreSQL server binaries (initdb) under /usr/lib/postgresql';
+  if (process.getuid?.() === 0) {
+    try {
+      await run('runuser', ['-u', 'postgres', '--', 'true']);
+    } catch {
+      return 'running as root but cannot switch to the postgres OS user with runuser';
+    }
+  }
+  return null;
+}
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+/** A PostgreSQL cluster in a temp dir, on a free port, owned by this test: safe to crash. */
+class PrivateCluster {
+  private constructor(
+    private readonly dir: string,
+    readonly port: number,
+  ) {}
+
+  get url(): string {
+    return `postgres://postgres@127.0.0.1:${this.port}/postgres`;
+  }
+
+  static async start(): Promise<PrivateCluster> {
+    const dir = mkdtempSync(join(tmpdir(), 'reckon-pgcluster-'));
+    const c = new PrivateCluster(dir, await freePort());
+    if (process.getuid?.() === 0) await run('chown', ['-R', 'postgres:postgres', dir]);
+    await c.pg('initdb', [
+      '-D',
+      c.data,
+      '-A',
+      'trust',
+      '-U',
+      'postgres',
+      '--no-sync',
+      '-E',
+      'UTF8',
+    ]);
+    await c.start();
+    return c;
+  }
+
+  private get data(): string {
+    return join(this.dir, 'data');
+  }
+
+  private async pg(tool: string, args: string[]): Promise<void> {
+    const bin = join(pgBin()!, tool);
+    if (process.getuid?.() === 0) await run('runuser', ['-u', 'postgres', '--', bin, ...args]);
+    else await run(bin, args);
+  }
+
+  async start(): Promise<void> {
+    await this.pg('pg_ctl', [
+      '-D',
+      this.data,
+      '-l',
+      join(this.dir, 'server.log'),
+      '-w',
+      '-o',
+      `-p ${this.port} -k ${this.dir} -c listen_addresses=127.0.0.1 -c fsync=off`,
+      'start',
+    ]);
+  }
+
+  async stop(mode: 'fast' | 'immediate'): Promise<void> {
+    await this.pg('pg_ctl', ['-D', this.data, '-m', mode, '-w', 'stop']);
+  }
+
+  async destroy(): Promise<void> {
+    await this.stop('immediate').catch(() => undefined);
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}

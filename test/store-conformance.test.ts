@@ -1,0 +1,841 @@
+/**
+ * One conformance suite for every store (STYLE.md: River's riverdrivertest). Each test gets a
+ * fresh store: a temp SQLite file, or a PostgreSQL database of its own. Both stores judge time by
+ * their own clock (the host's, the database's), so leases here are short and real: a few waits
+ * of a few hundred milliseconds are the price of testing expiry without a fake clock that
+ * PostgreSQL would not honour.
+ */
+import Database from 'better-sqlite3';
+import pg from 'pg';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { v7 as uuidv7 } from 'uuid';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import {
+  IllegalTransition,
+  InvalidInput,
+  InvariantViolation,
+  RequestKeyConflict,
+  SchemaTooNew,
+} from '../src/core/errors.js';
+import { createStore } from '../src/store/open.js';
+import type {
+  AttemptFinish,
+  ClaimedAttempt,
+  JobInsert,
+  JobTransition,
+  LeaseRef,
+  Store,
+} from '../src/store/store.js';
+import {
+  STORE_KINDS,
+  makeTestStore,
+  pgUnavailableReason,
+  type StoreKind,
+  type TestStore,
+} from './helpers/stores.js';
+
+const pgReason = await pgUnavailableReason();
+
+/** Short enough to wait out, long enough that a loaded CI box does not expire it by accident. */
+const LEASE_MS = 300;
+
+function newJob(key: string, o: Partial<JobInsert> = {}): JobInsert {
+  return {
+    id: uuidv7(),
+    queue: 'default',
+    operation: 'op.a',
+    inputJson: JSON.stringify({ key }),
+    requestKey: key,
+    fingerprint: `fp-${key}`,
+    runId: null,
+    stepId: null,
+    priority: 0,
+    delayMs: 0,
+    runAt: null,
+    maxAttempts: 3,
+    backoff: { initialMs: 10, factor: 2, maxMs: 100 },
+    timeoutMs: 1_000,
+    ...o,
+  };
+}
+
+function leaseOf(c: ClaimedAttempt, token = c.attempt.leaseToken): LeaseRef {
+  return { jobId: c.job.id, attemptNo: c.attempt.attemptNo, leaseToken: token };
+}
+
+function succeeded(lease: LeaseRef, actor = 'w1'): AttemptFinish {
+  return {
+    lease,
+    state: 'SUCCEEDED',
+    reason: null,
+    resultJson: JSON.stringify({ ok: true }),
+    error: null,
+    job: { to: 'SUCCEEDED' },
+    actor,
+  };
+}
+
+/** Runs SQL against the store's tables behind its back (SQLite file, or the `reckon` schema). */
+async function rawSql(ts: TestStore, sql: string): Promise<void> {
+  if (ts.kind === 'sqlite') {
+    const db = new Database(ts.url.slice('sqlite:'.length));
+    try {
+      db.exec(sql);
+    } finally {
+      db.close();
+    }
+    return;
+  }
+  const c = new pg.Client({ connectionString: ts.url });
+  await c.connect();
+  try {
+    await c.query('SET search_path TO reckon');
+    await c.query(sql);
+  } finally {
+    await c.end();
+  }
+}
+
+describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
+  if (kind === 'postgres' && pgReason !== null) {
+    it.skip(`skipped: ${pgReason}`, () => undefined);
+    return;
+  }
+
+  let ts: TestStore;
+  let store: Store;
+  const opened: Store[] = [];
+
+  async function open(): Promise<Store> {
+    const s = await createStore(ts.url);
+    await s.init();
+    opened.push(s);
+    return s;
+  }
+
+  beforeEach(async () => {
+    ts = await makeTestStore(kind);
+    store = await open();
+  });
+
+  afterEach(async () => {
+    await Promise.all(opened.splice(0).map((s) => s.close()));
+    await ts.drop();
+  });
+
+  async function insert(...jobs: JobInsert[]) {
+    return store.jobInsertMany({ jobs, actor: 'test' });
+  }
+
+  async function claim(
+    o: {
+      limit?: number;
+      leaseMs?: number;
+      queues?: string[];
+      operations?: string[];
+      ownerId?: string;
+    } = {},
+  ) {
+    return store.attemptClaimMany({
+      ownerId: o.ownerId ?? 'w1',
+      queues: o.queues ?? ['default'],
+      operations: o.operations ?? ['op.a'],
+      limit: o.limit ?? 10,
+      leaseMs: o.leaseMs ?? LEASE_MS,
+    });
+  }
+
+  async function claimOne(key: string, o: Partial<JobInsert> = {}, leaseMs = LEASE_MS) {
+    await insert(newJob(key, o));
+    const [c] = await claim({ limit: 1, leaseMs });
+    expect(c?.job.requestKey).toBe(key);
+    return c!;
+  }
+
+  /** A job whose attempt dispatched and ended UNKNOWN, due for reconciliation at once. */
+  async function unknownJob(key: string): Promise<ClaimedAttempt> {
+    const c = await claimOne(key);
+    const [mark] = await store.attemptDispatchMany({ leases: [leaseOf(c)] });
+    expect(mark?.ok).toBe(true);
+    const [ok] = await store.attemptFinishMany({
+      finishes: [
+        {
+          lease: leaseOf(c),
+          state: 'UNKNOWN',
+          reason: 'no-definitive-answer',
+          resultJson: null,
+          error: { name: 'Error', message: 'reset' },
+          job: { to: 'UNKNOWN', checkAfterDispatchMs: 0 },
+          actor: 'w1',
+        },
+      ],
+    });
+    expect(ok).toBe(true);
+    return c;
+  }
+
+  async function detail(id: string) {
+    const d = await store.jobGet({ id });
+    expect(d).not.toBeNull();
+    return d!;
+  }
+
+  // ------------------------------------------------------------------ lifecycle
+
+  describe('lifecycle', () => {
+    it('migrates once, reports its version, capabilities and clock', async () => {
+      const again = await open(); // a second process opening a migrated store
+      expect(await again.schemaVersion()).toBe(await store.schemaVersion());
+      expect(await store.schemaVersion()).toBeGreaterThanOrEqual(1);
+      const before = Date.now();
+      const now = await store.clockNow();
+      expect(Math.abs(now - before)).toBeLessThan(2_000);
+      expect(store.kind).toBe(kind);
+      expect(store.location).not.toMatch(/:[^@/:]+@/);
+      if (kind === 'postgres')
+        expect(store.capabilities).toEqual({
+          clock: 'database',
+          multiHost: true,
+          crossProcessNotify: true,
+        });
+      else expect(store.capabilities.clock).toBe('host');
+    });
+
+    it('refuses a store whose schema is newer than this code (SchemaTooNew)', async () => {
+      const table =
+        kind === 'postgres'
+          ? 'reckon_migrations (version, name)'
+          : 'reckon_migrations (version, name, applied_at)';
+      const values = kind === 'postgres' ? `(999, 'future')` : `(999, 'future', 0)`;
+      await rawSql(ts, `INSERT INTO ${table} VALUES ${values}`);
+      const s = await createStore(ts.url);
+      await expect(s.init()).rejects.toBeInstanceOf(SchemaTooNew);
+      await s.close();
+    });
+  });
+
+  // ------------------------------------------------------------------ insert
+
+  describe('jobInsertMany', () => {
+    it('inserts QUEUED jobs with an enqueued event, in the order given', async () => {
+      const [a, b] = await insert(newJob('k1'), newJob('k2', { priority: 5 }));
+      expect(a).toMatchObject({
+        created: true,
+        job: { requestKey: 'k1', state: 'QUEUED', attemptCount: 0 },
+      });
+      expect(b).toMatchObject({ created: true, job: { requestKey: 'k2', priority: 5 } });
+      const d = await detail(a!.job.id);
+      expect(d.job.input).toEqual({ key: 'k1' });
+      expect(d.job.backoff).toEqual({ initialMs: 10, factor: 2, maxMs: 100 });
+      expect(d.attempts).toEqual([]);
+      expect(d.events.map((e) => [e.kind, e.toState, e.actor])).toEqual([
+        ['enqueued', 'QUEUED', 'test'],
+      ]);
+    });
+
+    it('deduplicates a known key with the same fingerprint, and records the decision', async () => {
+      const [first] = await insert(newJob('k1'));
+      const [again, fresh] = await insert(newJob('k1'), newJob('k2'));
+      expect(again).toMatchObject({ created: false, job: { id: first!.job.id } });
+      expect(fresh?.created).toBe(true);
+      const d = await detail(first!.job.id);
+      expect(d.events.map((e) => e.kind)).toEqual(['enqueued', 'enqueue-deduplicated']);
+    });
+
+    it('a different fingerprint is a RequestKeyConflict and the whole batch writes nothing', async () => {
+      const [first] = await insert(newJob('k1'));
+      const innocent = newJob('k2');
+      const err = await insert(innocent, newJob('k1', { fingerprint: 'other' })).catch(
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(RequestKeyConflict);
+      expect(err).toMatchObject({ requestKey: 'k1', existingJobId: first!.job.id });
+      expect(await store.jobGet({ id: innocent.id })).toBeNull();
+      expect((await detail(first!.job.id)).events).toHaveLength(1);
+      expect(await store.jobList({ limit: 10 })).toHaveLength(1);
+    });
+
+    it('honours delayMs and an absolute runAt', async () => {
+      const now = await store.clockNow();
+      const [later, past] = await insert(
+        newJob('later', { delayMs: 60_000 }),
+        newJob('past', { runAt: now - 5_000 }),
+      );
+      expect(later!.job.runAt - later!.job.createdAt).toBe(60_000);
+      expect(past!.job.runAt).toBe(now - 5_000);
+      const claimed = await claim();
+      expect(claimed.map((c) => c.job.requestKey)).toEqual(['past']);
+    });
+
+    if (kind === 'sqlite') {
+      it('rejects a caller transaction: SQLite cannot join one (InvalidInput)', async () => {
+        await expect(
+          store.jobInsertMany({ jobs: [newJob('k1')], actor: 'test', transaction: {} }),
+        ).rejects.toBeInstanceOf(InvalidInput);
+        expect(await store.jobList({ limit: 10 })).toEqual([]);
+      });
+    }
+  });
+
+  // ------------------------------------------------------------------ reads
+
+  describe('jobGet, jobList, eventAppendMany', () => {
+    it('lists newest first with filters and keyset pagination', async () => {
+      await insert(newJob('a'), newJob('b', { queue: 'mail' }), newJob('c', { operation: 'op.b' }));
+      const all = await store.jobList({ limit: 10 });
+      expect(all.map((j) => j.requestKey)).toEqual(['c', 'b', 'a']);
+      expect((await store.jobList({ limit: 10, queue: 'mail' })).map((j) => j.requestKey)).toEqual([
+        'b',
+      ]);
+      expect(
+        (await store.jobList({ limit: 10, operation: 'op.b' })).map((j) => j.requestKey),
+      ).toEqual(['c']);
+      expect(
+        (await store.jobList({ limit: 1, beforeId: all[0]!.id })).map((j) => j.requestKey),
+      ).toEqual(['b']);
+      await claim({ limit: 1 });
+      expect(
+        (await store.jobList({ limit: 10, states: ['LEASED'] })).map((j) => j.requestKey),
+      ).toEqual(['a']);
+      expect(await store.jobGet({ id: 'no-such-job' })).toBeNull();
+    });
+
+    it('appends events to known jobs and skips unknown ones', async () => {
+      const [r] = await insert(newJob('a'));
+      await store.eventAppendMany({
+        events: [
+          { jobId: r!.job.id, attemptNo: null, kind: 'note', actor: 'me', detail: { n: 1 } },
+          { jobId: 'missing', attemptNo: null, kind: 'note', actor: 'me' },
+          {
+            jobId: r!.job.id,
+            attemptNo: null,
+            kind: 'note2',
+            actor: 'me',
+            fromState: 'X',
+            toState: 'Y',
+          },
+        ],
+      });
+      const d = await detail(r!.job.id);
+      expect(
+        d.events.map((e) => [e.kind, e.detail, e.fromState, e.toState, e.fingerprint]),
+      ).toEqual([
+        ['enqueued', null, null, 'QUEUED', 'fp-a'],
+        ['note', { n: 1 }, null, null, 'fp-a'],
+        ['note2', null, 'X', 'Y', 'fp-a'],
+      ]);
+      expect(d.events[1]!.id).toBeGreaterThan(d.events[0]!.id);
+    });
+
+    it('events are append-only: UPDATE and DELETE behind the store fail', async () => {
+      const [r] = await insert(newJob('a'));
+      await expect(rawSql(ts, `UPDATE events SET kind = 'forged'`)).rejects.toThrow(/append-only/);
+      await expect(rawSql(ts, `DELETE FROM events`)).rejects.toThrow(/append-only/);
+      expect((await detail(r!.job.id)).events.map((e) => e.kind)).toEqual(['enqueued']);
+    });
+  });
+
+  // ------------------------------------------------------------------ claim
+
+  describe('attemptClaimMany', () => {
+    it('takes due jobs by priority DESC, run_at, id, up to the limit, filtered by queue and operation', async () => {
+      const now = await store.clockNow();
+      await insert(
+        newJob('low', { priority: -1 }),
+        newJob('old', { runAt: now - 10_000 }),
+        newJob('high', { priority: 10 }),
+        newJob('mail', { queue: 'mail', priority: 100 }),
+        newJob('other-op', { operation: 'op.b', priority: 100 }),
+        newJob('newer', { runAt: now - 5_000 }),
+      );
+      const first = await claim({ limit: 3 });
+      expect(first.map((c) => c.job.requestKey)).toEqual(['high', 'old', 'newer']);
+      const rest = await claim({ limit: 10 });
+      expect(rest.map((c) => c.job.requestKey)).toEqual(['low']);
+      const mail = await claim({ queues: ['mail', 'default'], operations: ['op.a', 'op.b'] });
+      expect(mail.map((c) => c.job.requestKey)).toEqual(['mail', 'other-op']);
+    });
+
+    it('creates a LEASED attempt with a fresh token and expiry now + leaseMs on the store clock', async () => {
+      const before = await store.clockNow();
+      const c = await claimOne('a', {}, 5_000);
+      const after = await store.clockNow();
+      expect(c.job).toMatchObject({ state: 'LEASED', attemptCount: 1 });
+      expect(c.attempt).toMatchObject({
+        attemptNo: 1,
+        state: 'LEASED',
+        ownerId: 'w1',
+        requestKey: 'a',
+        fingerprint: 'fp-a',
+        dispatchedAt: null,
+      });
+      expect(c.attempt.leaseToken.length).toBeGreaterThanOrEqual(16);
+      expect(c.attempt.leasedAt).toBeGreaterThanOrEqual(before);
+      expect(c.attempt.leasedAt).toBeLessThanOrEqual(after);
+      expect(c.attempt.leaseExpiresAt - c.attempt.leasedAt).toBe(5_000);
+      const d = await detail(c.job.id);
+      expect(d.events.at(-1)).toMatchObject({
+        kind: 'leased',
+        fromState: 'QUEUED',
+        toState: 'LEASED',
+        attemptNo: 1,
+        actor: 'w1',
+      });
+    });
+
+    it('one lease per job: concurrent claimers split the jobs, and a second LEASED attempt is refused', async () => {
+      await insert(...Array.from({ length: 40 }, (_, i) => newJob(`k${i}`)));
+      const others = await Promise.all([open(), open(), open()]);
+      const rounds = await Promise.all(
+        [store, ...others].map((s, i) =>
+          s.attemptClaimMany({
+            ownerId: `w${i}`,
+            queues: ['default'],
+            operations: ['op.a'],
+            limit: 15,
+            leaseMs: 5_000,
+          }),
+        ),
+      );
+      const ids = rounds.flat().map((c) => c.job.id);
+      expect(ids).toHaveLength(40);
+      expect(new Set(ids).size).toBe(40);
+      expect(await claim()).toEqual([]);
+      const jobId = ids[0]!;
+      const second =
+        kind === 'postgres'
+          ? `INSERT INTO attempts (job_id, attempt_no, request_key, request_fingerprint, state, owner_id, lease_token, leased_at, lease_expires_at)
+             VALUES ('${jobId}', 2, 'x', 'x', 'LEASED', 'w9', 't', now(), now())`
+          : `INSERT INTO attempts (job_id, attempt_no, request_key, request_fingerprint, state, owner_id, lease_token, leased_at, lease_expires_at)
+             VALUES ('${jobId}', 2, 'x', 'x', 'LEASED', 'w9', 't', 0, 0)`;
+      await expect(rawSql(ts, second)).rejects.toThrow(/unique|UNIQUE/);
+    });
+  });
+
+  // ------------------------------------------------------------------ dispatch
+
+  describe('attemptDispatchMany (invariant 3)', () => {
+    it('marks a held lease, and refuses a wrong token as lease-lost', async () => {
+      const c = await claimOne('a');
+      const [bad, good] = await store.attemptDispatchMany({
+        leases: [leaseOf(c, 'not-the-token'), leaseOf(c)],
+      });
+      expect(bad).toEqual({ ok: false, reason: 'lease-lost' });
+      expect(good).toMatchObject({ ok: true, leaseExpiresAt: c.attempt.leaseExpiresAt });
+      const d = await detail(c.job.id);
+      expect(d.attempts[0]!.dispatchedAt).toBe(good?.ok ? good.dispatchedAt : -1);
+      expect(d.events.at(-1)).toMatchObject({ kind: 'dispatched', attemptNo: 1 });
+    });
+
+    it('refuses an expired lease on the store clock (no heartbeat, no reclaimer yet)', async () => {
+      const c = await claimOne('a', {}, 150);
+      await sleep(250);
+      const [mark] = await store.attemptDispatchMany({ leases: [leaseOf(c)] });
+      expect(mark).toEqual({ ok: false, reason: 'lease-expired' });
+      expect((await detail(c.job.id)).attempts[0]!.dispatchedAt).toBeNull();
+    });
+
+    it('refuses the old owner after a takeover (expiry, then a new claim)', async () => {
+      const old = await claimOne('a', {}, 150);
+      await sleep(250);
+      const [expired] = await store.attemptExpiredList({ skewMs: 0, limit: 10 });
+      expect(expired?.attempt.leaseToken).toBe(old.attempt.leaseToken);
+      const [applied] = await store.attemptExpireMany({
+        expiries: [
+          {
+            lease: leaseOf(old),
+            state: 'FAILED_BEFORE_SEND',
+            reason: 'lease-expired-before-dispatch',
+            job: { to: 'QUEUED', delayMs: 0 },
+            actor: 'reclaimer',
+          },
+        ],
+        skewMs: 0,
+      });
+      expect(applied).toBe(true);
+      const [fresh] = await claim({ ownerId: 'w2', leaseMs: 5_000 });
+      expect(fresh?.attempt.attemptNo).toBe(2);
+      const [late] = await store.attemptDispatchMany({ leases: [leaseOf(old)] });
+      expect(late).toEqual({ ok: false, reason: 'lease-lost' });
+      expect((await store.attemptDispatchMany({ leases: [leaseOf(fresh!)] }))[0]?.ok).toBe(true);
+    });
+  });
+
+  // ------------------------------------------------------------------ heartbeat
+
+  describe('attemptHeartbeatMany', () => {
+    it('extends held leases to now + leaseMs and refuses the others one by one', async () => {
+      await insert(newJob('a'), newJob('b'));
+      const [a, b] = await claim({ leaseMs: LEASE_MS });
+      const before = await store.clockNow();
+      const results = await store.attemptHeartbeatMany({
+        leases: [leaseOf(a!), leaseOf(b!, 'stolen')],
+        leaseMs: 10_000,
+      });
+      expect(results.map((r) => r.ok)).toEqual([true, false]);
+      expect(results[0]!.leaseExpiresAt).toBeGreaterThanOrEqual(before + 10_000);
+      expect(results[1]!.leaseExpiresAt).toBeNull();
+      const d = await detail(a!.job.id);
+      expect(d.attempts[0]!.leaseExpiresAt).toBe(results[0]!.leaseExpiresAt);
+      await sleep(LEASE_MS + 100);
+      // a's lease was extended; b's expired and is not revived by a late heartbeat.
+      const late = await store.attemptHeartbeatMany({
+        leases: [leaseOf(a!), leaseOf(b!)],
+        leaseMs: 10_000,
+      });
+      expect(late.map((r) => r.ok)).toEqual([true, false]);
+      expect(
+        (await store.attemptExpiredList({ skewMs: 0, limit: 10 })).map((e) => e.job.id),
+      ).toEqual([b!.job.id]);
+    });
+  });
+
+  // ------------------------------------------------------------------ finish
+
+  describe('attemptFinishMany', () => {
+    it('records the outcome for the holder and fences everyone else', async () => {
+      const c = await claimOne('a');
+      const [stranger] = await store.attemptFinishMany({
+        finishes: [succeeded(leaseOf(c, 'nope'))],
+      });
+      expect(stranger).toBe(false);
+      expect((await detail(c.job.id)).job.state).toBe('LEASED');
+      await store.attemptDispatchMany({ leases: [leaseOf(c)] });
+      const [ok] = await store.attemptFinishMany({ finishes: [succeeded(leaseOf(c))] });
+      expect(ok).toBe(true);
+      const d = await detail(c.job.id);
+      expect(d.job).toMatchObject({ state: 'SUCCEEDED', result: { ok: true } });
+      expect(d.job.finishedAt).not.toBeNull();
+      expect(d.attempts[0]).toMatchObject({ state: 'SUCCEEDED', result: { ok: true } });
+      expect(d.events.at(-1)).toMatchObject({
+        kind: 'attempt-succeeded',
+        fromState: 'LEASED',
+        toState: 'SUCCEEDED',
+        actor: 'w1',
+      });
+      const [twice] = await store.attemptFinishMany({ finishes: [succeeded(leaseOf(c))] });
+      expect(twice).toBe(false);
+    });
+
+    it('requeues a FAILED_BEFORE_SEND attempt after its delay, keeping the request key', async () => {
+      const c = await claimOne('a');
+      const [ok] = await store.attemptFinishMany({
+        finishes: [
+          {
+            lease: leaseOf(c),
+            state: 'FAILED_BEFORE_SEND',
+            reason: 'threw-before-dispatch',
+            resultJson: null,
+            error: { name: 'Error', message: 'boom' },
+            job: { to: 'QUEUED', delayMs: 200 },
+            actor: 'w1',
+          },
+        ],
+      });
+      expect(ok).toBe(true);
+      const d = await detail(c.job.id);
+      expect(d.job.state).toBe('QUEUED');
+      expect(d.job.runAt).toBe(d.attempts[0]!.finishedAt! + 200);
+      expect(await claim()).toEqual([]);
+      await sleep(250);
+      const [again] = await claim();
+      expect(again?.attempt).toMatchObject({ attemptNo: 2, requestKey: 'a' });
+    });
+
+    it('a broken invariant throws and writes nothing (UNKNOWN without a marker)', async () => {
+      const c = await claimOne('a');
+      await expect(
+        store.attemptFinishMany({
+          finishes: [
+            {
+              lease: leaseOf(c),
+              state: 'UNKNOWN',
+              reason: 'no-definitive-answer',
+              resultJson: null,
+              error: null,
+              job: { to: 'UNKNOWN', checkAfterDispatchMs: 0 },
+              actor: 'w1',
+            },
+          ],
+        }),
+      ).rejects.toBeInstanceOf(InvariantViolation);
+      const d = await detail(c.job.id);
+      expect(d.job.state).toBe('LEASED');
+      expect(d.attempts[0]!.state).toBe('LEASED');
+    });
+  });
+
+  // ------------------------------------------------------------------ expiry
+
+  describe('attemptExpiredList and attemptExpireMany', () => {
+    it('waits for expiry + skew on the store clock; two reclaimers end an attempt once', async () => {
+      const c = await claimOne('a', {}, 150);
+      await store.attemptDispatchMany({ leases: [leaseOf(c)] });
+      await sleep(250);
+      // Expired, but not past the skew tolerance: not listed, and not expired if asked anyway.
+      expect(await store.attemptExpiredList({ skewMs: 2_000, limit: 10 })).toEqual([]);
+      const expiry = {
+        lease: leaseOf(c),
+        state: 'UNKNOWN' as const,
+        reason: 'lease-expired-after-dispatch',
+        job: { to: 'UNKNOWN' as const, checkAfterDispatchMs: 0 },
+        actor: 'reclaimer-1',
+      };
+      expect(await store.attemptExpireMany({ expiries: [expiry], skewMs: 2_000 })).toEqual([false]);
+      const listed = await store.attemptExpiredList({ skewMs: 0, limit: 10 });
+      expect(listed.map((e) => [e.job.id, e.attempt.dispatchedAt !== null])).toEqual([
+        [c.job.id, true],
+      ]);
+      const second = await open();
+      const [r1, r2] = await Promise.all([
+        store.attemptExpireMany({ expiries: [expiry], skewMs: 0 }),
+        second.attemptExpireMany({ expiries: [{ ...expiry, actor: 'reclaimer-2' }], skewMs: 0 }),
+      ]);
+      expect([...r1, ...r2].filter(Boolean)).toHaveLength(1);
+      const d = await detail(c.job.id);
+      expect(d.job.state).toBe('UNKNOWN');
+      expect(d.attempts[0]).toMatchObject({
+        state: 'UNKNOWN',
+        reason: 'lease-expired-after-dispatch',
+      });
+      expect(d.events.filter((e) => e.kind === 'attempt-unknown')).toHaveLength(1);
+      expect(await store.attemptExpiredList({ skewMs: 0, limit: 10 })).toEqual([]);
+      // The fenced worker's outcome does not apply.
+      expect(await store.attemptFinishMany({ finishes: [succeeded(leaseOf(c))] })).toEqual([false]);
+    });
+
+    it('a stale expiry never ends a newer attempt, and an expired lease is not renewed', async () => {
+      const c = await claimOne('a', {}, 150);
+      await sleep(250);
+      const [listed] = await store.attemptExpiredList({ skewMs: 0, limit: 10 });
+      expect(listed?.job.id).toBe(c.job.id);
+      // Expired leases cannot be renewed ...
+      expect(
+        (await store.attemptHeartbeatMany({ leases: [leaseOf(c)], leaseMs: 5_000 }))[0]?.ok,
+      ).toBe(false);
+      // ... so renew it the only legal way for this test: a fresh claim after a reclaim.
+      const expiry = {
+        lease: leaseOf(c),
+        state: 'FAILED_BEFORE_SEND' as const,
+        reason: 'lease-expired-before-dispatch',
+        job: { to: 'QUEUED' as const, delayMs: 0 },
+        actor: 'reclaimer',
+      };
+      expect(await store.attemptExpireMany({ expiries: [expiry], skewMs: 0 })).toEqual([true]);
+      const [fresh] = await claim({ leaseMs: 5_000 });
+      // A stale expiry (the old lease) is refused for the new attempt, and the new one is not listed.
+      expect(await store.attemptExpireMany({ expiries: [expiry], skewMs: 0 })).toEqual([false]);
+      expect(
+        await store.attemptExpireMany({
+          expiries: [{ ...expiry, lease: leaseOf(fresh!) }],
+          skewMs: 0,
+        }),
+      ).toEqual([false]);
+      expect(await store.attemptExpiredList({ skewMs: 0, limit: 10 })).toEqual([]);
+      const d = await detail(c.job.id);
+      expect(d.attempts.map((a) => [a.state, a.reason])).toEqual([
+        ['FAILED_BEFORE_SEND', 'lease-expired-before-dispatch'],
+        ['LEASED', null],
+      ]);
+    });
+  });
+
+  // ------------------------------------------------------------------ transition
+
+  describe('jobTransition', () => {
+    function resolve(jobId: string, o: Partial<JobTransition> = {}): JobTransition {
+      return {
+        jobId,
+        from: 'UNKNOWN',
+        to: 'SUCCEEDED',
+        expectAttemptNo: 1,
+        resolution: { kind: 'succeeded', source: 'lookup', evidence: { found: true } },
+        resultJson: JSON.stringify({ via: 'lookup' }),
+        event: { kind: 'reconciled', actor: 'reconciler', detail: { path: 'lookup' } },
+        ...o,
+      };
+    }
+
+    it('applies only from the expected state and attempt, and resolves the attempt once', async () => {
+      const c = await unknownJob('a');
+      expect(await store.jobTransition(resolve(c.job.id, { from: 'NEEDS_REVIEW' }))).toBe(false);
+      // ABA fence: the job's latest attempt must still be the one judged.
+      expect(await store.jobTransition(resolve(c.job.id, { expectAttemptNo: 2 }))).toBe(false);
+      expect(await store.jobTransition(resolve(c.job.id))).toBe(true);
+      const d = await detail(c.job.id);
+      expect(d.job).toMatchObject({ state: 'SUCCEEDED', result: { via: 'lookup' } });
+      expect(d.attempts[0]).toMatchObject({
+        state: 'UNKNOWN',
+        resolution: 'succeeded',
+        resolutionSource: 'lookup',
+        resolutionEvidence: { found: true },
+      });
+      expect(d.attempts[0]!.resolvedAt).not.toBeNull();
+      expect(d.events.at(-1)).toMatchObject({
+        kind: 'reconciled',
+        fromState: 'UNKNOWN',
+        toState: 'SUCCEEDED',
+        detail: { path: 'lookup', resolution: 'succeeded', source: 'lookup' },
+      });
+      expect(await store.jobTransition(resolve(c.job.id))).toBe(false);
+    });
+
+    it('an ABA after a same-key retry: the old decision does not apply to the new attempt', async () => {
+      const c = await unknownJob('a');
+      expect(
+        await store.jobTransition({
+          jobId: c.job.id,
+          from: 'UNKNOWN',
+          to: 'QUEUED',
+          expectAttemptNo: 1,
+          resolution: { kind: 'retry', source: 'same-key', evidence: null },
+          event: { kind: 'reconciled', actor: 'reconciler' },
+        }),
+      ).toBe(true);
+      const [again] = await claim();
+      expect(again?.attempt.attemptNo).toBe(2);
+      // A stale decision about attempt 1, made while the job was UNKNOWN, must not land now.
+      expect(await store.jobTransition(resolve(c.job.id, { resolution: undefined }))).toBe(false);
+      expect((await detail(c.job.id)).job.state).toBe('LEASED');
+    });
+
+    it('defers an UNKNOWN check, and throws on an illegal transition before writing', async () => {
+      const c = await unknownJob('a');
+      const now = await store.clockNow();
+      expect(
+        await store.jobTransition({
+          jobId: c.job.id,
+          from: 'UNKNOWN',
+          to: 'UNKNOWN',
+          expectAttemptNo: 1,
+          recheckDelayMs: 60_000,
+          lookupFailures: 2,
+          event: { kind: 'lookup-inconclusive', actor: 'reconciler' },
+        }),
+      ).toBe(true);
+      const d = await detail(c.job.id);
+      expect(d.job.lookupFailures).toBe(2);
+      expect(d.job.nextCheckAt! - now).toBeGreaterThanOrEqual(60_000);
+      // (The SQLite store throws these synchronously; the async wrapper accepts either.)
+      await expect(async () =>
+        store.jobTransition(resolve(c.job.id, { from: 'SUCCEEDED', to: 'QUEUED' })),
+      ).rejects.toBeInstanceOf(IllegalTransition);
+      await expect(async () =>
+        store.jobTransition(resolve(c.job.id, { from: 'QUEUED', to: 'QUEUED' })),
+      ).rejects.toBeInstanceOf(InvariantViolation);
+      expect((await detail(c.job.id)).events).toHaveLength(d.events.length);
+      expect(await store.jobTransition(resolve('missing'))).toBe(false);
+    });
+  });
+
+  // ------------------------------------------------------------------ cancel
+
+  describe('jobCancel', () => {
+    it('cancels a QUEUED job', async () => {
+      const [r] = await insert(newJob('a'));
+      const res = await store.jobCancel({ id: r!.job.id, actor: 'op', reason: 'not needed' });
+      expect(res).toMatchObject({
+        cancelled: true,
+        job: { state: 'CANCELLED', error: { name: 'Cancelled', message: 'not needed' } },
+      });
+      expect(await claim()).toEqual([]);
+      expect(await store.jobCancel({ id: r!.job.id, actor: 'op', reason: 'x' })).toMatchObject({
+        cancelled: false,
+        why: 'it is CANCELLED',
+      });
+      expect(await store.jobCancel({ id: 'missing', actor: 'op', reason: 'x' })).toBeNull();
+    });
+
+    it('cancels a LEASED job before dispatch and fences its worker', async () => {
+      const c = await claimOne('a', {}, 5_000);
+      const res = await store.jobCancel({ id: c.job.id, actor: 'op', reason: 'stop' });
+      expect(res).toMatchObject({ cancelled: true, job: { state: 'CANCELLED' } });
+      expect(await store.attemptDispatchMany({ leases: [leaseOf(c)] })).toEqual([
+        { ok: false, reason: 'lease-lost' },
+      ]);
+      expect(await store.attemptFinishMany({ finishes: [succeeded(leaseOf(c))] })).toEqual([false]);
+      expect(
+        (await store.attemptHeartbeatMany({ leases: [leaseOf(c)], leaseMs: 5_000 }))[0]?.ok,
+      ).toBe(false);
+      const d = await detail(c.job.id);
+      expect(d.attempts[0]).toMatchObject({ state: 'FAILED_BEFORE_SEND', reason: 'cancelled' });
+      expect(d.events.at(-1)).toMatchObject({
+        kind: 'cancelled',
+        fromState: 'LEASED',
+        toState: 'CANCELLED',
+        detail: { fencedOwner: 'w1' },
+      });
+    });
+
+    it('refuses after dispatch: the request may have left', async () => {
+      const c = await claimOne('a', {}, 5_000);
+      await store.attemptDispatchMany({ leases: [leaseOf(c)] });
+      const res = await store.jobCancel({ id: c.job.id, actor: 'op', reason: 'stop' });
+      expect(res).toMatchObject({ cancelled: false, job: { state: 'LEASED' } });
+      expect(res && !res.cancelled && res.why).toMatch(/dispatched/);
+      expect(await store.attemptFinishMany({ finishes: [succeeded(leaseOf(c))] })).toEqual([true]);
+    });
+  });
+
+  // ------------------------------------------------------------------ reconcile claim
+
+  describe('jobReconcileClaimMany', () => {
+    it('takes due UNKNOWN jobs of the given operations and holds them from other reconcilers', async () => {
+      const a = await unknownJob('a');
+      const due = await store.jobReconcileClaimMany({
+        operations: ['op.a'],
+        limit: 10,
+        holdMs: 200,
+      });
+      expect(due.map((d) => [d.job.id, d.attempt.attemptNo, d.attempt.state])).toEqual([
+        [a.job.id, 1, 'UNKNOWN'],
+      ]);
+      expect(
+        await store.jobReconcileClaimMany({ operations: ['op.a'], limit: 10, holdMs: 200 }),
+      ).toEqual([]);
+      expect(
+        await store.jobReconcileClaimMany({ operations: ['op.b'], limit: 10, holdMs: 200 }),
+      ).toEqual([]);
+      await sleep(300);
+      const second = await open();
+      const [x, y] = await Promise.all([
+        store.jobReconcileClaimMany({ operations: ['op.a'], limit: 10, holdMs: 5_000 }),
+        second.jobReconcileClaimMany({ operations: ['op.a'], limit: 10, holdMs: 5_000 }),
+      ]);
+      expect([...x, ...y].map((d) => d.job.id)).toEqual([a.job.id]);
+      expect((await detail(a.job.id)).job.state).toBe('UNKNOWN');
+    });
+  });
+
+  // ------------------------------------------------------------------ stats
+
+  describe('statsGet', () => {
+    it('counts by queue and state, the oldest due job, open cases by operation, expired leases', async () => {
+      await unknownJob('u1');
+      const now = await store.clockNow();
+      await insert(
+        newJob('q1', { runAt: now - 1_000 }),
+        newJob('q2'),
+        newJob('future', { delayMs: 60_000 }),
+        newJob('m1', { queue: 'mail' }),
+      );
+      const stats = await store.statsGet();
+      expect(Math.abs(stats.now - Date.now())).toBeLessThan(2_000);
+      const byQueue = Object.fromEntries(stats.queues.map((q) => [q.queue, q]));
+      expect(Object.keys(byQueue)).toEqual(['default', 'mail']);
+      expect(byQueue.default!.counts).toMatchObject({
+        QUEUED: 3,
+        UNKNOWN: 1,
+        LEASED: 0,
+        SUCCEEDED: 0,
+      });
+      expect(byQueue.mail!.counts.QUEUED).toBe(1);
+      expect(byQueue.default!.oldestDueAt).toBe(now - 1_000);
+      expect(stats.byOperation).toEqual([{ operation: 'op.a', unknown: 1, needsReview: 0 }]);
+      expect(stats.expiredLeases).toBe(0);
+      await claim({ leaseMs: 100, limit: 1 });
+      await sleep(200);
+      expect((await store.statsGet()).expiredLeases).toBe(1);
+    });
+  });
+});
