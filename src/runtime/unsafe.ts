@@ -1,0 +1,34 @@
+/**
+ * A deliberately broken build, for one test only: test/reliability/broken-build.test.ts turns a
+ * safeguard off in worker child processes and shows that the chaos harness then reports the
+ * duplicate. A harness that passes a build without its safeguards would prove nothing.
+ *
+ *   RECKON_UNSAFE_DISABLE_SAFEGUARD=dispatch-fence   a worker whose dispatch marker the store
+ *                                                    refused (its lease was taken over) sends anyway
+ *   RECKON_UNSAFE_DISABLE_SAFEGUARD=unknown-retry    an UNKNOWN outcome is taken for a retryable
+ *                                                    failure: the request is sent again blindly
+ *
+ * Read once, when this module loads. Honoured only when NODE_ENV=test; anywhere else the variable
+ * is ignored with a warning on stderr, so a stray setting can never weaken a real deployment.
+ */
+export const SAFEGUARDS = ['dispatch-fence', 'unknown-retry'] as const;
+export type Safeguard = (typeof SAFEGUARDS)[number];
+
+export function disabledSafeguardFrom(env: NodeJS.ProcessEnv): Safeguard | null {
+  const value = env.RECKON_UNSAFE_DISABLE_SAFEGUARD;
+  if (!value) return null;
+  if (env.NODE_ENV !== 'test') {
+    process.stderr.write(
+      `reckon: RECKON_UNSAFE_DISABLE_SAFEGUARD=${value} ignored: honoured only when NODE_ENV=test\n`,
+    );
+    return null;
+  }
+  if (!(SAFEGUARDS as readonly string[]).includes(value))
+    throw new Error(
+      `RECKON_UNSAFE_DISABLE_SAFEGUARD: unknown safeguard ${value}; known: ${SAFEGUARDS.join(', ')}`,
+    );
+  return value as Safeguard;
+}
+
+/** The one safeguard this process runs without, or null (always null outside NODE_ENV=test). */
+export const DISABLED_SAFEGUARD: Safeguard | null = disabledSafeguardFrom(process.env);
