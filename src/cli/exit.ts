@@ -3,7 +3,7 @@
  *
  *   0   done; also `work` after a graceful stop
  *   1   reckon refused or failed the request (a ReckonError: its `code` says which)
- *   2   a check failed: `status` found the store unhealthy, `demo` saw duplicates or losses
+ *   2   a check failed: `status` found the store unhealthy, `demo` or `chaos` saw a violation
  *   64  the command line is wrong (unknown option, missing argument, bad value), as sysexits
  *   70  internal error: a bug in reckon (printed with its stack)
  *   130 / 143  `work` got a second SIGINT / SIGTERM and exited at once
@@ -34,7 +34,7 @@ export const EXIT_HELP = `
 Exit codes:
   0    done
   1    reckon refused or failed the request (the error's code says why)
-  2    a check failed (status: unhealthy; demo: duplicates or lost jobs)
+  2    a check failed (status: unhealthy; demo, chaos: duplicates or lost jobs)
   64   usage error: unknown option, missing argument, bad value
   70   internal error (a bug; reported with a stack trace)
   130  work: second Ctrl-C, exited without waiting (143 for SIGTERM)

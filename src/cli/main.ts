@@ -5,6 +5,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
+import { registerChaos } from './commands/chaos.js';
 import { registerDemo } from './commands/demo.js';
 import { registerEnqueue } from './commands/enqueue.js';
 import { registerInit } from './commands/init.js';
@@ -53,6 +54,7 @@ export function buildProgram(): Command {
   registerStatus(program);
   registerServe(program);
   registerDemo(program);
+  registerChaos(program);
   for (const leaf of leaves(program)) leaf.addHelpText('after', `\n${EXIT_SHORT_HELP}`);
   return program;
 }

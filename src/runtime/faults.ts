@@ -10,6 +10,27 @@
  * `pause` freezes the whole thread (Atomics.wait), as a GC pause or SIGSTOP would: timers and
  * heartbeats stop too, which is what lets a lease expire while the process is alive.
  * Probabilistic faults draw from a seeded generator (`RECKON_FAULTS_SEED`), so a run replays.
+ *
+ * Where each point is:
+ *   before-attempt-commit         each claim, before the claim query is sent (worker.ts)
+ *   after-attempt-commit          the attempt and its lease are committed; execute not started
+ *   lease-expired-while-alive     inside ctx.dispatch, after the local lease check and before
+ *                                 the fenced dispatch-marker write (a `pause` here outlives the lease)
+ *   after-send-before-response    inside ctx.dispatch, right after `fn()` was called and returned
+ *                                 its promise: the marker is committed and `fn` has run up to its
+ *                                 first await. For an HTTP client that means the request is
+ *                                 created but its bytes have NOT left the process (sockets
+ *                                 connect and write on later turns of the event loop), so a `kill`
+ *                                 here proves the UNKNOWN path (marker, no outcome) without a
+ *                                 request reaching the downstream. To model "the request left and
+ *                                 the worker died", kill the sender when the downstream receives
+ *                                 it: the test kit's `Downstream.onRequest` (with
+ *                                 `RequestInfo.pid`), as the chaos harness's kill-on-receipt does.
+ *                                 A `pause` here is the documented limit "the window between the
+ *                                 marker and the send" (README), not a guarantee reckon makes.
+ *   after-response-before-commit  `fn` resolved (the downstream answered); the outcome is not
+ *                                 yet written
+ *   reclaimer-startup             the first pass of each reclaimer
  */
 import { InvalidInput, ReckonError } from '../core/errors.js';
 

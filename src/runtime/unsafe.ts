@@ -3,8 +3,10 @@
  * safeguard off in worker child processes and shows that the chaos harness then reports the
  * duplicate. A harness that passes a build without its safeguards would prove nothing.
  *
- *   RECKON_UNSAFE_DISABLE_SAFEGUARD=dispatch-fence   a worker whose dispatch marker the store
- *                                                    refused (its lease was taken over) sends anyway
+ *   RECKON_UNSAFE_DISABLE_SAFEGUARD=dispatch-fence   a worker that lost its lease dispatches
+ *                                                    anyway: the store's refusal of its dispatch
+ *                                                    marker and the lease-loss abort of ctx.signal
+ *                                                    (the local half of the same fence) are ignored
  *   RECKON_UNSAFE_DISABLE_SAFEGUARD=unknown-retry    an UNKNOWN outcome is taken for a retryable
  *                                                    failure: the request is sent again blindly
  *

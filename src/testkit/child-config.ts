@@ -1,12 +1,17 @@
 /**
  * The settings of a worker child process, carried in its environment so that a test, the demo
  * or a shell can start one: `RECKON_STORE=sqlite:/tmp/r.db DOWNSTREAM_URL=… node worker-child.js`.
+ * With `WORKER_OPERATIONS_MODULE=/abs/path/ops.js` the child serves the operations that module
+ * exports (the user's own) instead of the test kit's downstream operations.
  */
 import { isFlavour, FLAVOURS, type Flavour } from './operations.js';
 
 export interface WorkerChildConfig {
   storeUrl: string;
-  downstreamUrl: string;
+  /** The test kit's downstream; required unless `operationsModule` is given. */
+  downstreamUrl?: string;
+  /** Absolute path of a module exporting the operations to serve (the user's own). */
+  operationsModule?: string;
   flavours: Flavour[];
   concurrency: number;
   leaseMs: number;
@@ -28,7 +33,10 @@ export interface WorkerChildConfig {
   logLevel?: 'debug' | 'info' | 'warn' | 'error';
 }
 
-export const CHILD_DEFAULTS: Omit<WorkerChildConfig, 'storeUrl' | 'downstreamUrl'> = {
+export const CHILD_DEFAULTS: Omit<
+  WorkerChildConfig,
+  'storeUrl' | 'downstreamUrl' | 'operationsModule'
+> = {
   flavours: [...FLAVOURS],
   concurrency: 4,
   leaseMs: 600,
@@ -42,13 +50,16 @@ export const CHILD_DEFAULTS: Omit<WorkerChildConfig, 'storeUrl' | 'downstreamUrl
   queues: ['default'],
 };
 
-export function childEnv(
-  config: Partial<WorkerChildConfig> & Pick<WorkerChildConfig, 'storeUrl' | 'downstreamUrl'>,
-): Record<string, string> {
+export type ChildConfigInput = Partial<WorkerChildConfig> & Pick<WorkerChildConfig, 'storeUrl'>;
+
+export function childEnv(config: ChildConfigInput): Record<string, string> {
   const c = { ...CHILD_DEFAULTS, ...config };
+  if (!c.downstreamUrl && !c.operationsModule)
+    throw new Error('a worker child needs downstreamUrl or operationsModule');
   return {
     RECKON_STORE: c.storeUrl,
-    DOWNSTREAM_URL: c.downstreamUrl,
+    DOWNSTREAM_URL: c.downstreamUrl ?? '',
+    WORKER_OPERATIONS_MODULE: c.operationsModule ?? '',
     WORKER_FLAVOURS: c.flavours.join(','),
     WORKER_CONCURRENCY: String(c.concurrency),
     WORKER_LEASE_MS: String(c.leaseMs),
@@ -94,9 +105,10 @@ export function childConfigFromEnv(env: NodeJS.ProcessEnv): WorkerChildConfig {
       throw new Error(`worker-child: unknown flavour ${f}; known: ${FLAVOURS.join(', ')}`);
   const level = env.WORKER_LOG;
   const d = CHILD_DEFAULTS;
+  const operationsModule = env.WORKER_OPERATIONS_MODULE || undefined;
   return {
     storeUrl: need('RECKON_STORE'),
-    downstreamUrl: need('DOWNSTREAM_URL'),
+    ...(operationsModule ? { operationsModule } : { downstreamUrl: need('DOWNSTREAM_URL') }),
     flavours: flavours as Flavour[],
     concurrency: int('WORKER_CONCURRENCY', d.concurrency),
     leaseMs: int('WORKER_LEASE_MS', d.leaseMs),

@@ -5,7 +5,8 @@
  * committing the effect and then losing the response).
  *
  * Wire protocol (JSON bodies):
- *   POST /effects          body { key, payload }, header Idempotency-Key (optional)
+ *   POST /effects          body { key, payload }, header Idempotency-Key (optional),
+ *                          header X-Reckon-Worker-Pid (the sending process, for kill-on-receipt)
  *                          200 { effectId, key, replayed } | 4xx/5xx { error }
  *   GET  /effects/:key     200 { found: true, outcome: 'succeeded', result }
  *                          200 { found: true, outcome: 'failed', error, status }
@@ -44,6 +45,8 @@ export interface RequestInfo {
   /** 1 for the first POST with this key, 2 for the second, … */
   nth: number;
   idempotencyKey: string | null;
+  /** The process that sent it (`X-Reckon-Worker-Pid`), when the client said. */
+  pid?: number | null;
 }
 
 /** Chooses a behaviour per request. */
@@ -147,7 +150,11 @@ export class Downstream {
     replays: 0,
     byAction: { ok: 0, fail: 0, error: 0, reset: 0, drop: 0 },
   };
-  /** Called when a POST arrives, before it is acted on (tests use it to kill a worker mid-request). */
+  /**
+   * Called when a POST arrives, before it is acted on: the request has left its worker. Tests
+   * and the chaos harness use it to kill the sender here (`RequestInfo.pid`), which models a
+   * worker that died after its request left and before the answer came back.
+   */
   onRequest: ((req: RequestInfo) => void) | undefined;
   /** Called right after an effect is committed. */
   onEffect: ((key: string, count: number) => void) | undefined;
@@ -260,7 +267,9 @@ export class Downstream {
     this.stats.requests++;
     const nth = (this.posts.get(key) ?? 0) + 1;
     this.posts.set(key, nth);
-    const info: RequestInfo = { key, nth, idempotencyKey };
+    const pidHeader = Number(req.headers['x-reckon-worker-pid']);
+    const pid = Number.isInteger(pidHeader) && pidHeader > 0 ? pidHeader : null;
+    const info: RequestInfo = { key, nth, idempotencyKey, pid };
     this.onRequest?.(info);
     const honoured = idempotencyKey !== null && this.honours(idempotencyKey);
     if (honoured) {
@@ -377,7 +386,8 @@ export class DownstreamClient {
     payload: unknown,
     options: { idempotencyKey?: string; signal?: AbortSignal; timeoutMs?: number } = {},
   ): Promise<DownstreamResponse<Record<string, unknown>>> {
-    const headers: Record<string, string> = {};
+    // Who sent it, so that a test can kill exactly this process when the request arrives.
+    const headers: Record<string, string> = { 'x-reckon-worker-pid': String(process.pid) };
     if (options.idempotencyKey) headers['idempotency-key'] = options.idempotencyKey;
     return this.call('POST', '/effects', JSON.stringify({ key, payload }), headers, options);
   }

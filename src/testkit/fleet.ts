@@ -5,11 +5,20 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { childEnv, type WorkerChildConfig } from './child-config.js';
+import { childEnv, type ChildConfigInput } from './child-config.js';
+import type { FaultAction, FaultPoint } from '../runtime/faults.js';
 
 export interface ChildExit {
   code: number | null;
   signal: NodeJS.Signals | null;
+}
+
+export interface WorkerChildOptions {
+  echoStderr?: boolean;
+  /** More environment for the child (e.g. settings of the user's operations module). */
+  env?: Record<string, string>;
+  /** Called when the child reports that a fault point fired (`fault <point> <action>` on stdout). */
+  onFault?: (point: FaultPoint, action: FaultAction) => void;
 }
 
 /** How to run worker-child: from dist as plain JS, or from src through tsx (tests). */
@@ -33,13 +42,10 @@ export class WorkerChild {
   private exit: ChildExit | undefined;
   private stderrTail = '';
 
-  constructor(
-    config: Partial<WorkerChildConfig> & Pick<WorkerChildConfig, 'storeUrl' | 'downstreamUrl'>,
-    options: { echoStderr?: boolean } = {},
-  ) {
+  constructor(config: ChildConfigInput, options: WorkerChildOptions = {}) {
     const { command, args } = workerChildCommand();
     this.process = spawn(command, args, {
-      env: { ...process.env, ...childEnv(config) },
+      env: { ...process.env, ...(options.env ?? {}), ...childEnv(config) },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     this.exited = new Promise((resolve) => {
@@ -52,7 +58,13 @@ export class WorkerChild {
       let out = '';
       this.process.stdout!.on('data', (chunk: Buffer) => {
         out += chunk.toString();
-        if (out.includes('ready\n')) resolve(true);
+        const lines = out.split('\n');
+        out = lines.pop() ?? '';
+        for (const line of lines) {
+          if (line === 'ready') resolve(true);
+          const fault = /^fault ([a-z-]+) (throw|kill|pause)$/.exec(line);
+          if (fault) options.onFault?.(fault[1] as FaultPoint, fault[2] as FaultAction);
+        }
       });
       void this.exited.then(() => resolve(false));
     });
@@ -93,8 +105,8 @@ export class WorkerChild {
 }
 
 export function startWorkerChild(
-  config: Partial<WorkerChildConfig> & Pick<WorkerChildConfig, 'storeUrl' | 'downstreamUrl'>,
-  options: { echoStderr?: boolean } = {},
+  config: ChildConfigInput,
+  options: WorkerChildOptions = {},
 ): WorkerChild {
   return new WorkerChild(config, options);
 }

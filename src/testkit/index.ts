@@ -1,7 +1,7 @@
 /**
  * reckon/testkit: tools for proving that your own operations keep reckon's promise. A fake
  * downstream with an effect ledger, worker child processes to kill -9, the verdict judged by the
- * business outcome, and the demo.
+ * business outcome, the chaos harness (`runChaos`, also for your own operations) and the demo.
  */
 export {
   Downstream,
@@ -33,10 +33,33 @@ export {
 } from './operations.js';
 export type { Flavour, EffectInput, DownstreamOperationOptions } from './operations.js';
 export { CHILD_DEFAULTS, childEnv, childConfigFromEnv } from './child-config.js';
-export type { WorkerChildConfig } from './child-config.js';
+export type { WorkerChildConfig, ChildConfigInput } from './child-config.js';
 export { WorkerChild, startWorkerChild, workerChildCommand } from './fleet.js';
-export type { ChildExit } from './fleet.js';
+export type { ChildExit, WorkerChildOptions } from './fleet.js';
 export { judge, judgeDetails, jobDetails, isSettled, waitUntilSettled } from './verdict.js';
-export type { Verdict, EffectLedger } from './verdict.js';
+export type { Verdict, EffectLedger, Violation, ViolationKind } from './verdict.js';
+export {
+  runChaos,
+  CHAOS_SCENARIOS,
+  CHAOS_WORKER_DEFAULTS,
+  DEFAULT_DOWNSTREAM_WEIGHTS,
+  defaultFaultMenu,
+} from './chaos.js';
+export type {
+  ChaosOptions,
+  ChaosReport,
+  ChaosScenario,
+  ChaosKillPolicy,
+  ChaosWorkerSettings,
+  ChaosWorkItem,
+  ChaosWorkload,
+  ChaosWorkloadContext,
+  ChaosLedger,
+  ChaosProgress,
+  ChaosStart,
+} from './chaos.js';
+export type { ChaosKills } from './chaos-fleet.js';
+export { progressBar, renderChaosReport } from './chaos-output.js';
+export type { ProgressView } from './chaos-output.js';
 export { runDemo } from './demo.js';
 export type { DemoOptions, DemoReport } from './demo.js';

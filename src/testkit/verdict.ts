@@ -11,6 +11,27 @@ export interface EffectLedger {
   effectsOf(key: string): number;
 }
 
+/** What kind of promise a finding says was broken. */
+export type ViolationKind =
+  | 'duplicate'
+  | 'effect-without-marker'
+  | 'succeeded-without-one-effect'
+  | 'effect-after-failure'
+  | 'review-without-evidence'
+  | 'unknown-without-marker'
+  | 'not-sent-with-marker'
+  | 'lost';
+
+/** One broken promise, with the job and request key it concerns. */
+export interface Violation {
+  kind: ViolationKind;
+  jobId: string;
+  requestKey: string;
+  state: JobState;
+  effects: number;
+  message: string;
+}
+
 export interface Verdict {
   jobs: number;
   byState: Record<JobState, number>;
@@ -20,6 +41,8 @@ export interface Verdict {
   duplicates: { key: string; effects: number }[];
   /** Every broken promise, one line each; empty when the run kept every promise. */
   violations: string[];
+  /** The same, structured (jobs still unsettled are not in here: see `unsettled`). */
+  findings: Violation[];
   /** How UNKNOWN attempts were settled, by resolution source. */
   resolvedBy: { lookup: number; lateWorker: number; sameKey: number; operator: number };
   /** `late-evidence` events: fenced workers' reports kept as evidence. */
@@ -50,6 +73,7 @@ export function judgeDetails(details: JobDetail[], ledger: EffectLedger): Verdic
     unsettled: [],
     duplicates: [],
     violations: [],
+    findings: [],
     resolvedBy: { lookup: 0, lateWorker: 0, sameKey: 0, operator: 0 },
     lateEvidence: 0,
     expiredBeforeDispatch: 0,
@@ -59,9 +83,20 @@ export function judgeDetails(details: JobDetail[], ledger: EffectLedger): Verdic
     byState[job.state]++;
     const effects = ledger.effectsOf(job.requestKey);
     const where = `job ${job.id} (key ${job.requestKey}, ${job.state}, ${attempts.length} attempts, ${effects} effects)`;
+    const flag = (kind: ViolationKind, what: string): void => {
+      v.violations.push(`${where}: ${what}`);
+      v.findings.push({
+        kind,
+        jobId: job.id,
+        requestKey: job.requestKey,
+        state: job.state,
+        effects,
+        message: what,
+      });
+    };
     if (effects > 1) {
       v.duplicates.push({ key: job.requestKey, effects });
-      v.violations.push(`${where}: effect committed ${effects} times`);
+      flag('duplicate', `effect committed ${effects} times`);
     }
     if (!SETTLED.includes(job.state)) v.unsettled.push({ jobId: job.id, state: job.state });
     if (attempts.length > 1) v.retriedJobs++;
@@ -76,22 +111,25 @@ export function judgeDetails(details: JobDetail[], ledger: EffectLedger): Verdic
     v.lateEvidence += events.filter((e) => e.kind === 'late-evidence').length;
     const dispatched = attempts.some((a) => a.dispatchedAt !== null);
     if (!dispatched && effects > 0)
-      v.violations.push(`${where}: an effect without any dispatch marker (invariant 3)`);
+      flag('effect-without-marker', 'an effect without any dispatch marker (invariant 3)');
     if (job.state === 'SUCCEEDED' && effects !== 1)
-      v.violations.push(`${where}: SUCCEEDED but the downstream has ${effects} effects`);
+      flag('succeeded-without-one-effect', `SUCCEEDED but the downstream has ${effects} effects`);
     if ((job.state === 'FAILED' || job.state === 'CANCELLED') && effects !== 0)
-      v.violations.push(`${where}: ${job.state} but the downstream committed the effect`);
+      flag('effect-after-failure', `${job.state} but the downstream committed the effect`);
     if (job.state === 'NEEDS_REVIEW') {
       const unknown = attempts.some((a) => a.state === 'UNKNOWN');
       const reviewEvent = events.some((e) => e.toState === 'NEEDS_REVIEW');
       if (!unknown || !reviewEvent)
-        v.violations.push(`${where}: NEEDS_REVIEW without an UNKNOWN attempt and its review event`);
+        flag(
+          'review-without-evidence',
+          'NEEDS_REVIEW without an UNKNOWN attempt and its review event',
+        );
     }
     for (const a of attempts) {
       if (a.state === 'UNKNOWN' && a.dispatchedAt === null)
-        v.violations.push(`${where}: attempt ${a.attemptNo} UNKNOWN without a dispatch marker`);
+        flag('unknown-without-marker', `attempt ${a.attemptNo} UNKNOWN without a dispatch marker`);
       if (a.reason === 'lease-expired-before-dispatch' && a.dispatchedAt !== null)
-        v.violations.push(`${where}: attempt ${a.attemptNo} called not-sent despite its marker`);
+        flag('not-sent-with-marker', `attempt ${a.attemptNo} called not-sent despite its marker`);
     }
   }
   return v;

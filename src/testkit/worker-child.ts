@@ -1,12 +1,30 @@
 /**
- * A worker process for crash tests and the demo: serves the downstream operations until SIGTERM
- * (graceful stop) or until it is killed. Prints `ready` on stdout once the worker has started.
- * Configured by its environment (see child-config.ts); `RECKON_FAULTS` arms fault points.
+ * A worker process for crash tests, the demo and the chaos harness: serves the downstream
+ * operations (or those of `WORKER_OPERATIONS_MODULE`) until SIGTERM (graceful stop) or until it
+ * is killed. Prints `ready` on stdout once the worker has started, and `fault <point> <action>`
+ * each time a fault point fires (pipes are synchronous on Linux, so the line is out before a
+ * `kill` fault ends the process). Configured by its environment (see child-config.ts);
+ * `RECKON_FAULTS` arms fault points.
  */
+import { loadOperations } from '../cli/operations-module.js';
+import type { AnyOperation } from '../core/operation.js';
 import { openQueue } from '../index.js';
 import { createLogger } from '../observe/logger.js';
-import { childConfigFromEnv } from './child-config.js';
+import { childConfigFromEnv, type WorkerChildConfig } from './child-config.js';
 import { downstreamOperations } from './operations.js';
+
+async function operationsFor(c: WorkerChildConfig): Promise<AnyOperation[]> {
+  if (c.operationsModule) return loadOperations(c.operationsModule);
+  return downstreamOperations(
+    {
+      url: c.downstreamUrl!,
+      timeoutMs: c.timeoutMs,
+      graceMs: c.graceMs,
+      maxAttempts: c.maxAttempts,
+    },
+    c.flavours,
+  );
+}
 
 async function main(): Promise<void> {
   const c = childConfigFromEnv(process.env);
@@ -15,15 +33,8 @@ async function main(): Promise<void> {
     actor: `worker-child:${process.pid}`,
     ...(c.logLevel ? { logger: createLogger({ level: c.logLevel, name: 'worker-child' }) } : {}),
   });
-  const operations = downstreamOperations(
-    {
-      url: c.downstreamUrl,
-      timeoutMs: c.timeoutMs,
-      graceMs: c.graceMs,
-      maxAttempts: c.maxAttempts,
-    },
-    c.flavours,
-  );
+  q.faults.onFire = (point, action) => process.stdout.write(`fault ${point} ${action}\n`);
+  const operations = await operationsFor(c);
   const worker = q.worker({
     operations,
     concurrency: c.concurrency,
