@@ -201,6 +201,20 @@ describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
       else expect(store.capabilities.clock).toBe('host');
     });
 
+    it('wakes a subscriber when another connection (process) enqueues', async () => {
+      let woken = 0;
+      const sub = await store.workSubscribe!({ queues: ['default'], onWork: () => void woken++ });
+      try {
+        const other = await open();
+        await other.jobInsertMany({ jobs: [newJob('from-elsewhere')], actor: 'test' });
+        const deadline = Date.now() + 2_000;
+        while (woken === 0 && Date.now() < deadline) await sleep(5);
+        expect(woken).toBeGreaterThan(0);
+      } finally {
+        await sub.close();
+      }
+    });
+
     it('refuses a store whose schema is newer than this code (SchemaTooNew)', async () => {
       const table =
         kind === 'postgres'
@@ -275,6 +289,84 @@ describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
         expect(await store.jobList({ limit: 10 })).toEqual([]);
       });
     }
+  });
+
+  // ------------------------------------------------------------------ group commit
+
+  describe('concurrent callers (group commit)', () => {
+    it('answers each concurrent enqueue with its own jobs, all durable', async () => {
+      const calls = Array.from({ length: 40 }, (_, i) =>
+        insert(newJob(`g${i}a`), newJob(`g${i}b`)),
+      );
+      const results = await Promise.all(calls);
+      results.forEach((r, i) => {
+        expect(r.map((x) => [x.created, x.job.requestKey])).toEqual([
+          [true, `g${i}a`],
+          [true, `g${i}b`],
+        ]);
+      });
+      // A second connection (another process's view) sees every one of them.
+      const other = await open();
+      expect(await other.jobList({ limit: 100 })).toHaveLength(80);
+    });
+
+    it('a conflicting caller fails alone: the concurrent callers beside it commit', async () => {
+      const [first] = await insert(newJob('k1'));
+      const before = insert(newJob('ok1'));
+      const bad = insert(newJob('bad-innocent'), newJob('k1', { fingerprint: 'other' }));
+      const after = insert(newJob('ok2'), newJob('k1'));
+      const [r1, r2, r3] = await Promise.allSettled([before, bad, after]);
+      expect(r1.status).toBe('fulfilled');
+      expect(r2.status === 'rejected' && r2.reason).toBeInstanceOf(RequestKeyConflict);
+      expect(r3.status === 'fulfilled' && r3.value.map((x) => x.created)).toEqual([true, false]);
+      const keys = (await store.jobList({ limit: 10 })).map((j) => j.requestKey).sort();
+      expect(keys).toEqual(['k1', 'ok1', 'ok2']);
+      expect((await detail(first!.job.id)).events.map((e) => e.kind)).toEqual([
+        'enqueued',
+        'enqueue-deduplicated',
+      ]);
+    });
+
+    it('concurrent markers and outcomes of different attempts each get their own answer', async () => {
+      await insert(...Array.from({ length: 12 }, (_, i) => newJob(`m${i}`)));
+      const claimed = await claim({ limit: 12, leaseMs: 5_000 });
+      expect(claimed).toHaveLength(12);
+      const marks = await Promise.all(
+        claimed.map((c, i) =>
+          store.attemptDispatchMany({ leases: [i === 3 ? leaseOf(c, 'stale') : leaseOf(c)] }),
+        ),
+      );
+      marks.forEach(([m], i) => expect(m?.ok).toBe(i !== 3));
+      const done = await Promise.all(
+        claimed.map((c, i) =>
+          store.attemptFinishMany({
+            finishes: [i === 5 ? succeeded(leaseOf(c, 'stale')) : succeeded(leaseOf(c))],
+          }),
+        ),
+      );
+      done.forEach(([applied], i) => expect(applied).toBe(i !== 5));
+      const d = await detail(claimed[0]!.job.id);
+      expect(d.events.map((e) => e.kind)).toEqual([
+        'enqueued',
+        'leased',
+        'dispatched',
+        'attempt-succeeded',
+      ]);
+    });
+
+    it('a broken invariant in one caller rejects that caller only', async () => {
+      await insert(newJob('x'), newJob('y'));
+      const [x, y] = await claim({ limit: 2, leaseMs: 5_000 });
+      await store.attemptDispatchMany({ leases: [leaseOf(x!)] });
+      // Marking x again is a bug (dispatched twice); y beside it is fine.
+      const [twice, fine] = await Promise.allSettled([
+        store.attemptDispatchMany({ leases: [leaseOf(x!)] }),
+        store.attemptDispatchMany({ leases: [leaseOf(y!)] }),
+      ]);
+      expect(twice.status === 'rejected' && twice.reason).toBeInstanceOf(InvariantViolation);
+      expect(fine.status === 'fulfilled' && fine.value[0]?.ok).toBe(true);
+      expect((await detail(y!.job.id)).attempts[0]!.dispatchedAt).not.toBeNull();
+    });
   });
 
   // ------------------------------------------------------------------ reads

@@ -61,10 +61,20 @@ export class Worker extends EventEmitter implements AttemptHost {
   /** ... and this one once the attempts in flight are drained (heartbeats end). */
   private drainedSignal = new AbortController();
   private wake: (() => void) | undefined;
+  /**
+   * Set when work or a free slot appeared while the claim loop was not napping (its claim was in
+   * flight): the loop then claims again at once instead of sleeping a full poll interval.
+   */
+  private wakePending = false;
   private subscription: { close(): Promise<void> } | undefined;
   private readonly onEnqueued = (op: string) => {
-    if (this.ops.has(op)) this.wake?.();
+    if (this.ops.has(op)) this.wakeClaim();
   };
+
+  private wakeClaim(): void {
+    if (this.wake) this.wake();
+    else this.wakePending = true;
+  }
 
   constructor(
     private readonly queue: Queue,
@@ -117,7 +127,7 @@ export class Worker extends EventEmitter implements AttemptHost {
       try {
         this.subscription = await this.store.workSubscribe({
           queues: this.settings.queues,
-          onWork: () => this.wake?.(),
+          onWork: () => this.wakeClaim(),
         });
       } catch (err) {
         // Polling still finds the work; notifications only cut latency.
@@ -200,6 +210,10 @@ export class Worker extends EventEmitter implements AttemptHost {
         this.reportError(name, err);
       }
       if (again || signal.aborted) continue;
+      if (name === 'claim' && this.wakePending) {
+        this.wakePending = false;
+        continue;
+      }
       await this.nap(intervalMs, signal, name === 'claim');
     }
   }
@@ -227,6 +241,7 @@ export class Worker extends EventEmitter implements AttemptHost {
   // ------------------------------------------------------------------ claim
 
   private async claimOnce(): Promise<boolean> {
+    this.wakePending = false;
     const free = this.settings.concurrency - this.inFlight.size;
     if (free <= 0) return false;
     const limit = Math.min(free, this.settings.claimBatchMax);
@@ -251,7 +266,7 @@ export class Worker extends EventEmitter implements AttemptHost {
     const done = run.run().then(
       (end) => {
         this.inFlight.delete(key);
-        this.wake?.();
+        this.wakeClaim();
         this.announce(
           claimed,
           end.kind === 'finished' ? end.jobState : null,

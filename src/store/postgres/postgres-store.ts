@@ -62,6 +62,7 @@ import type {
   StoreCapabilities,
   StoreStats,
 } from '../store.js';
+import { GroupCommit } from '../group-commit.js';
 import { WorkListener } from './listener.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS, MIGRATIONS_TABLE_SQL } from './schema.js';
 import { quoteIdent, SCHEMA_NAME_RE, statements, workChannel, type Statements } from './sql.js';
@@ -91,6 +92,13 @@ const IDLE_IN_TRANSACTION_TIMEOUT_MS = 60_000;
 /** Deadlock or serialization failure: the transaction was rolled back whole, so it is retried. */
 const RETRYABLE_SQLSTATES = new Set(['40P01', '40001']);
 const TX_RETRIES_MAX = 5;
+/**
+ * Group commit (../group-commit.ts): merged calls of one kind running at once, and most items in
+ * one. Two in flight keep a connection busy while the next batch gathers; 1,000 items keep one
+ * transaction's locks and JSON parameter small.
+ */
+const GROUP_IN_FLIGHT_MAX = 2;
+const GROUP_ITEMS_MAX = 1_000;
 /** pg_advisory_xact_lock's first key: "reckon migrations". */
 const MIGRATION_LOCK_NAMESPACE = 0x7265636b;
 
@@ -156,6 +164,13 @@ export class PostgresStore implements Store {
   private listener: WorkListener | null = null;
   /** Errors of idle pool connections (e.g. the server restarted); kept for health, never thrown. */
   poolErrors = 0;
+  /** Concurrent callers of the hot write paths share transactions (see ../group-commit.ts). */
+  private readonly inserts = new Map<string, GroupCommit<JobInsert, JobInsertResult>>();
+  private readonly dispatches = this.groupCommit((leases: LeaseRef[]) => this.dispatchNow(leases));
+  private readonly finishes = this.groupCommit((finishes: AttemptFinish[]) =>
+    this.finishNow(finishes),
+  );
+  private readonly heartbeats = new Map<number, GroupCommit<LeaseRef, HeartbeatResult>>();
 
   constructor(options: PostgresStoreOptions) {
     const { connectionString, schema } = splitSchema(options.connectionString, options.schema);
@@ -238,6 +253,16 @@ export class PostgresStore implements Store {
   }
 
   // ---------------------------------------------------------------- connections
+
+  private groupCommit<I, O>(run: (items: I[]) => Promise<O[]>): GroupCommit<I, O> {
+    return new GroupCommit({
+      run,
+      inFlightMax: GROUP_IN_FLIGHT_MAX,
+      itemsMax: GROUP_ITEMS_MAX,
+      // A connection failure may have happened during COMMIT: never re-run those.
+      isAmbiguous: (err) => err instanceof StoreUnavailable,
+    });
+  }
 
   private connPool(): pg.Pool {
     if (!this.pool)
@@ -484,7 +509,15 @@ export class PostgresStore implements Store {
       const client = callerClient(p.transaction);
       return this.inCallerTransaction(client, (c) => this.insertJobs(c, p.jobs, p.actor));
     }
-    return this.tx((c) => this.insertJobs(c, p.jobs, p.actor));
+    let group = this.inserts.get(p.actor);
+    if (!group) {
+      const actor = p.actor;
+      group = this.groupCommit((jobs: JobInsert[]) =>
+        this.tx((c) => this.insertJobs(c, jobs, actor)),
+      );
+      this.inserts.set(actor, group);
+    }
+    return group.call(p.jobs);
   }
 
   /**
@@ -801,13 +834,16 @@ export class PostgresStore implements Store {
     }));
   }
 
-  async attemptDispatchMany(p: { leases: LeaseRef[] }): Promise<DispatchMarkResult[]> {
-    if (p.leases.length === 0) return [];
+  attemptDispatchMany(p: { leases: LeaseRef[] }): Promise<DispatchMarkResult[]> {
+    return this.dispatches.call(p.leases);
+  }
+
+  private async dispatchNow(leases: LeaseRef[]): Promise<DispatchMarkResult[]> {
     return this.tx(async (c) => {
-      const { now, locked } = await this.lockLeases(c, p.leases);
+      const { now, locked } = await this.lockLeases(c, leases);
       const marks: Record<string, unknown>[] = [];
       const w = new WriteSet();
-      const results = p.leases.map((lease): DispatchMarkResult => {
+      const results = leases.map((lease): DispatchMarkResult => {
         const l = locked.get(leaseKey(lease.jobId, lease.attemptNo));
         if (!l || !leaseHolds(l.job, l.attempt, lease)) return { ok: false, reason: 'lease-lost' };
         if (l.attempt.leaseExpiresAt <= now) return { ok: false, reason: 'lease-expired' };
@@ -838,12 +874,18 @@ export class PostgresStore implements Store {
     });
   }
 
-  async attemptHeartbeatMany(p: {
-    leases: LeaseRef[];
-    leaseMs: number;
-  }): Promise<HeartbeatResult[]> {
-    if (p.leases.length === 0) return [];
-    const refs = p.leases.map((l) => ({
+  attemptHeartbeatMany(p: { leases: LeaseRef[]; leaseMs: number }): Promise<HeartbeatResult[]> {
+    let group = this.heartbeats.get(p.leaseMs);
+    if (!group) {
+      const leaseMs = p.leaseMs;
+      group = this.groupCommit((leases: LeaseRef[]) => this.heartbeatNow(leases, leaseMs));
+      this.heartbeats.set(leaseMs, group);
+    }
+    return group.call(p.leases);
+  }
+
+  private async heartbeatNow(leases: LeaseRef[], leaseMs: number): Promise<HeartbeatResult[]> {
+    const refs = leases.map((l) => ({
       job_id: l.jobId,
       attempt_no: l.attemptNo,
       lease_token: l.leaseToken,
@@ -851,13 +893,13 @@ export class PostgresStore implements Store {
     const r = await this.run((c) =>
       c.query<{ job_id: string; attempt_no: number; lease_expires_at: Date }>(
         this.sql.attemptHeartbeat,
-        [JSON.stringify(refs), p.leaseMs],
+        [JSON.stringify(refs), leaseMs],
       ),
     );
     const extended = new Map(
       r.rows.map((row) => [leaseKey(row.job_id, row.attempt_no), toMs(row.lease_expires_at)]),
     );
-    return p.leases.map((lease) => {
+    return leases.map((lease) => {
       const until = extended.get(leaseKey(lease.jobId, lease.attemptNo));
       return until === undefined
         ? { lease, ok: false, leaseExpiresAt: null }
@@ -865,15 +907,18 @@ export class PostgresStore implements Store {
     });
   }
 
-  async attemptFinishMany(p: { finishes: AttemptFinish[] }): Promise<boolean[]> {
-    if (p.finishes.length === 0) return [];
+  attemptFinishMany(p: { finishes: AttemptFinish[] }): Promise<boolean[]> {
+    return this.finishes.call(p.finishes);
+  }
+
+  private async finishNow(finishes: AttemptFinish[]): Promise<boolean[]> {
     return this.tx(async (c) => {
       const { now, locked } = await this.lockLeases(
         c,
-        p.finishes.map((f) => f.lease),
+        finishes.map((f) => f.lease),
       );
       const w = new WriteSet();
-      const applied = p.finishes.map((f) => {
+      const applied = finishes.map((f) => {
         const l = locked.get(leaseKey(f.lease.jobId, f.lease.attemptNo));
         if (!l || !leaseHolds(l.job, l.attempt, f.lease)) return false;
         assertFinishLegal(l.job, l.attempt, f);

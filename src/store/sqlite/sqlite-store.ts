@@ -67,6 +67,13 @@ export interface SqliteStoreOptions {
 }
 
 export const DEFAULT_BUSY_TIMEOUT_MS = 10_000;
+/**
+ * How often a subscribed store checks `PRAGMA data_version`, which changes when another
+ * connection (another process) commits. A read of the shared-memory header, a few µs: at 2 ms it
+ * costs well under 1% of a core and lets a worker in another process start a job about 1 ms
+ * after its enqueue commits, instead of after half a poll interval.
+ */
+export const WORK_CHECK_INTERVAL_MS = 2;
 
 export class SqliteStore implements Store {
   readonly kind = 'sqlite' as const;
@@ -74,12 +81,19 @@ export class SqliteStore implements Store {
   readonly capabilities: StoreCapabilities = {
     clock: 'host',
     multiHost: false,
-    crossProcessNotify: false,
+    crossProcessNotify: true,
   };
   private db: Database.Database | null = null;
   private readonly now: () => number;
   private readonly busyTimeoutMs: number;
   private stmtCache = new Map<string, Database.Statement>();
+  /** Writes waiting for the next group commit (see `write`). */
+  private writeQueue: {
+    fn: () => unknown;
+    resolve: (v: unknown) => void;
+    reject: (err: unknown) => void;
+  }[] = [];
+  private flushScheduled = false;
 
   constructor(private readonly options: SqliteStoreOptions) {
     this.location = `sqlite:${options.path}`;
@@ -176,6 +190,8 @@ export class SqliteStore implements Store {
   }
 
   close(): Promise<void> {
+    // Writes already started are committed (or rejected) before the file closes.
+    if (this.db) this.flushWrites();
     this.stmtCache.clear();
     this.db?.close();
     this.db = null;
@@ -200,13 +216,65 @@ export class SqliteStore implements Store {
     return s;
   }
 
-  /** Runs `fn` in one IMMEDIATE write transaction; resolves after the durable commit. */
+  /**
+   * Runs `fn` in an IMMEDIATE write transaction; resolves after the durable commit.
+   *
+   * Group commit: better-sqlite3 is synchronous, so the writes that callers in this process
+   * start within one turn of the event loop (concurrent enqueues, the dispatch markers and
+   * outcomes of concurrent attempts, claims, heartbeats) are queued and run together in ONE
+   * `BEGIN IMMEDIATE` transaction: one fsync instead of one each. Each caller's `fn` runs in its
+   * own SAVEPOINT, so a caller whose `fn` throws (RequestKeyConflict, a broken invariant) has
+   * its writes rolled back and is rejected alone; the others commit. Every promise settles only
+   * after the COMMIT has returned, i.e. after the shared transaction is durable (invariant 1,
+   * and invariant 3 for markers: each dispatch still waits for its own marker's commit).
+   */
   private write<T>(fn: () => T): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      this.writeQueue.push({ fn, resolve: resolve as (v: unknown) => void, reject });
+      if (!this.flushScheduled) {
+        this.flushScheduled = true;
+        setImmediate(() => this.flushWrites());
+      }
+    });
+  }
+
+  /** Commits every queued write in one transaction, then answers each caller. */
+  private flushWrites(): void {
+    this.flushScheduled = false;
+    const batch = this.writeQueue;
+    this.writeQueue = [];
+    if (batch.length === 0) return;
+    const results: ({ ok: true; value: unknown } | { ok: false; err: unknown })[] = [];
     try {
-      return Promise.resolve(this.conn().transaction(fn).immediate());
+      const db = this.conn();
+      if (batch.length === 1) {
+        results.push({ ok: true, value: db.transaction(batch[0]!.fn).immediate() });
+      } else {
+        db.transaction(() => {
+          for (const w of batch) {
+            try {
+              // A transaction function called inside a transaction runs as a SAVEPOINT.
+              results.push({ ok: true, value: db.transaction(w.fn)() });
+            } catch (err) {
+              results.push({ ok: false, err });
+              // Some errors (I/O, disk full) end the whole transaction: then nothing of the
+              // batch can commit, and no later caller may run outside a transaction.
+              if (!db.inTransaction) throw err;
+            }
+          }
+        }).immediate();
+      }
     } catch (err) {
-      return Promise.reject(this.classifyWriteError(err));
+      // BEGIN, COMMIT or the single write failed: nothing of this batch is durable.
+      const e = this.classifyWriteError(err);
+      for (const w of batch) w.reject(e);
+      return;
     }
+    batch.forEach((w, i) => {
+      const r = results[i]!;
+      if (r.ok) w.resolve(r.value);
+      else w.reject(this.classifyWriteError(r.err));
+    });
   }
 
   private read<T>(fn: () => T): Promise<T> {
@@ -784,6 +852,30 @@ export class SqliteStore implements Store {
         if (!job) continue;
         this.appendEvent({ ...e, fingerprint: job.fingerprint }, now);
       }
+    });
+  }
+
+  /**
+   * Cross-process wake-ups without a server: `data_version` moves when another connection
+   * commits (never for our own writes), so a change means someone else wrote: perhaps new work.
+   * Best effort, like every subscription: workers still poll.
+   */
+  workSubscribe(p: { queues: string[]; onWork: () => void }): Promise<{ close(): Promise<void> }> {
+    const version = this.conn().prepare('PRAGMA data_version').pluck();
+    let last = version.get() as number;
+    const timer = setInterval(() => {
+      if (!this.db) return;
+      const now = version.get() as number;
+      if (now === last) return;
+      last = now;
+      p.onWork();
+    }, WORK_CHECK_INTERVAL_MS);
+    timer.unref();
+    return Promise.resolve({
+      close: () => {
+        clearInterval(timer);
+        return Promise.resolve();
+      },
     });
   }
 

@@ -1,0 +1,100 @@
+/**
+ * Group commit for stores whose writes go over the network (PostgreSQL): concurrent calls of one
+ * batch-shaped method are merged into one call, so N callers share one transaction and one
+ * commit instead of paying for N.
+ *
+ * - While fewer than `inFlightMax` merged calls are running, a call starts at once (no added
+ *   latency when the store is idle); calls that arrive meanwhile wait and go together in the
+ *   next one. Batches therefore grow exactly as fast as the store is busy.
+ * - Each caller is answered with its own slice of the results, after the merged call resolved,
+ *   i.e. after its write is durable.
+ * - Isolation: if the merged call fails with an error that proves nothing was written (the
+ *   transaction rolled back: a RequestKeyConflict, a broken invariant, a deadlock), each caller's
+ *   part is run again on its own, so only the caller whose element fails is rejected. An error
+ *   that leaves the outcome unknown (`isAmbiguous`, e.g. the connection dropped during COMMIT) is
+ *   passed to every caller unchanged, as each would have seen it alone; nothing is re-run.
+ */
+import { assert } from '../core/errors.js';
+
+interface Waiting<I, O> {
+  items: I[];
+  resolve: (out: O[]) => void;
+  reject: (err: unknown) => void;
+}
+
+export interface GroupCommitOptions<I, O> {
+  /** The store's real batch write: one result per item, in order. */
+  run: (items: I[]) => Promise<O[]>;
+  /** Merged calls running at once. */
+  inFlightMax: number;
+  /** Most items in one merged call; a bigger single caller still goes alone, whole. */
+  itemsMax: number;
+  /** Errors after which the merged call may have committed: never re-run. */
+  isAmbiguous: (err: unknown) => boolean;
+}
+
+export class GroupCommit<I, O> {
+  private queue: Waiting<I, O>[] = [];
+  private inFlight = 0;
+
+  constructor(private readonly o: GroupCommitOptions<I, O>) {}
+
+  call(items: I[]): Promise<O[]> {
+    if (items.length === 0) return Promise.resolve([]);
+    return new Promise<O[]>((resolve, reject) => {
+      this.queue.push({ items, resolve, reject });
+      this.pump();
+    });
+  }
+
+  private pump(): void {
+    while (this.inFlight < this.o.inFlightMax && this.queue.length > 0) {
+      const group = this.take();
+      this.inFlight++;
+      void this.runGroup(group).finally(() => {
+        this.inFlight--;
+        this.pump();
+      });
+    }
+  }
+
+  /** Takes waiting callers, whole, up to itemsMax items (at least one caller). */
+  private take(): Waiting<I, O>[] {
+    const group: Waiting<I, O>[] = [];
+    let n = 0;
+    while (this.queue.length > 0) {
+      const next = this.queue[0]!;
+      if (group.length > 0 && n + next.items.length > this.o.itemsMax) break;
+      group.push(this.queue.shift()!);
+      n += next.items.length;
+    }
+    return group;
+  }
+
+  private async runGroup(group: Waiting<I, O>[]): Promise<void> {
+    if (group.length === 1) {
+      const only = group[0]!;
+      await this.o.run(only.items).then(only.resolve, only.reject);
+      return;
+    }
+    let out: O[];
+    try {
+      out = await this.o.run(group.flatMap((w) => w.items));
+    } catch (err) {
+      if (this.o.isAmbiguous(err)) {
+        for (const w of group) w.reject(err);
+        return;
+      }
+      // Nothing of the merged call was written: each caller's part alone decides its fate.
+      await Promise.all(group.map((w) => this.o.run(w.items).then(w.resolve, w.reject)));
+      return;
+    }
+    let at = 0;
+    for (const w of group) {
+      const slice = out.slice(at, at + w.items.length);
+      at += w.items.length;
+      w.resolve(slice);
+    }
+    assert(at === out.length, 'a merged store call answered once per item');
+  }
+}
