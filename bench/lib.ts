@@ -1,0 +1,129 @@
+/**
+ * Shared pieces of the benchmark: loopback-only connection settings, fresh databases,
+ * timing and statistics. The bench never targets anything but 127.0.0.1.
+ */
+import { randomBytes } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
+import pg from 'pg';
+
+export const PG_HOST = '127.0.0.1';
+export const PG_PORT = Number(process.env.BENCH_PG_PORT ?? 5432);
+export const PG_USER = process.env.BENCH_PG_USER ?? 'postgres';
+export const REDIS_HOST = '127.0.0.1';
+export const REDIS_PORT = Number(process.env.BENCH_REDIS_PORT ?? 6379);
+
+/** Wall-clock ms with sub-ms precision, comparable across processes on one host. */
+export function wallMs(): number {
+  return performance.timeOrigin + performance.now();
+}
+
+export function pgUrl(database: string): string {
+  return `postgres://${PG_USER}@${PG_HOST}:${PG_PORT}/${database}`;
+}
+
+/** Creates a fresh, uniquely named database and returns its name. */
+export async function createDatabase(prefix: string): Promise<string> {
+  const name = `bench_${prefix}_${randomBytes(4).toString('hex')}`.replace(/[^a-z0-9_]/g, '_');
+  const c = new pg.Client({ connectionString: pgUrl('postgres') });
+  await c.connect();
+  try {
+    await c.query(`CREATE DATABASE ${name}`);
+  } finally {
+    await c.end();
+  }
+  return name;
+}
+
+/** Drops a database once its clients have gone; forces it after a few seconds. */
+export async function dropDatabase(name: string): Promise<void> {
+  const c = new pg.Client({ connectionString: pgUrl('postgres') });
+  await c.connect();
+  try {
+    const deadline = Date.now() + 5_000;
+    for (;;) {
+      const r = await c.query<{ n: string }>(
+        'SELECT count(*) AS n FROM pg_stat_activity WHERE datname = $1',
+        [name],
+      );
+      if (Number(r.rows[0]!.n) === 0 || Date.now() > deadline) break;
+      await sleep(50);
+    }
+    await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  } finally {
+    await c.end();
+  }
+}
+
+/**
+ * A peer that leaves a pooled connection open past its own stop() gets it terminated by the
+ * forced DROP; its pool may then emit an unhandled 'error' (57P01). That is teardown noise,
+ * not a result: log it and go on. Anything else still crashes the bench.
+ */
+export function tolerateTeardownTermination(): void {
+  process.on('uncaughtException', (err: Error & { code?: string }) => {
+    if (err.code === '57P01') {
+      process.stderr.write(`bench: ignored a peer's terminated connection at teardown\n`);
+      return;
+    }
+    console.error(err);
+    process.exit(1);
+  });
+}
+
+/** Drops databases an interrupted earlier run left behind. */
+export async function dropLeftoverDatabases(): Promise<void> {
+  const c = new pg.Client({ connectionString: pgUrl('postgres') });
+  await c.connect();
+  try {
+    const r = await c.query<{ datname: string }>(
+      `SELECT datname FROM pg_database WHERE datname LIKE 'bench\\_%'`,
+    );
+    for (const row of r.rows) await c.query(`DROP DATABASE IF EXISTS ${row.datname} WITH (FORCE)`);
+  } finally {
+    await c.end();
+  }
+}
+
+export function median(xs: number[]): number {
+  return percentile(xs, 50);
+}
+
+export function percentile(xs: number[], p: number): number {
+  if (xs.length === 0) return NaN;
+  const s = [...xs].sort((a, b) => a - b);
+  const rank = (p / 100) * (s.length - 1);
+  const lo = Math.floor(rank);
+  const hi = Math.ceil(rank);
+  return s[lo]! + (s[hi]! - s[lo]!) * (rank - lo);
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+/** Polls `check` until it returns true; fails after `timeoutMs`. */
+export async function waitUntil(
+  check: () => boolean | Promise<boolean>,
+  timeoutMs: number,
+  what: string,
+  everyMs = 5,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`bench: timed out waiting for ${what}`);
+    await sleep(everyMs);
+  }
+}
+
+/** Runs `n` calls of `fn` with at most `inFlight` at once. */
+export async function inFlight(
+  n: number,
+  width: number,
+  fn: (i: number) => Promise<void>,
+): Promise<void> {
+  let next = 0;
+  const lane = async () => {
+    while (next < n) await fn(next++);
+  };
+  await Promise.all(Array.from({ length: Math.min(width, n) }, lane));
+}

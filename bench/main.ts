@@ -1,0 +1,188 @@
+/**
+ * `npm run bench`: reckon (SQLite and PostgreSQL stores, full journal) against pg-boss,
+ * graphile-worker and BullMQ on the same workloads, interleaved round by round, each run on a
+ * fresh database. Prints medians and reckon's ratio to each peer.
+ *
+ *   npm run bench -- [--quick] [--json] [--out file.json] [--rounds N]
+ *                    [--systems reckon-sqlite,reckon-pg,pg-boss,graphile-worker,bullmq]
+ *                    [--workloads enqueue-1by1,enqueue-32,…] [--enqueue-jobs N]
+ *                    [--process-jobs N] [--latency-jobs N]
+ *
+ * Loopback only: PostgreSQL at 127.0.0.1:5432 (user postgres), Redis at 127.0.0.1:6379 db 9.
+ */
+import { writeFileSync } from 'node:fs';
+import { cpus, totalmem } from 'node:os';
+import { dropLeftoverDatabases, median, tolerateTeardownTermination } from './lib.js';
+import { BullMqSystem } from './systems/bullmq.js';
+import { GraphileSystem } from './systems/graphile.js';
+import { PgBossSystem } from './systems/pgboss.js';
+import { ReckonSystem } from './systems/reckon.js';
+import type { BenchSystem } from './systems/system.js';
+import { WORKLOADS, type Metrics, type Sizes } from './workloads.js';
+
+interface Args {
+  quick: boolean;
+  json: boolean;
+  out?: string;
+  rounds?: number;
+  systems?: string[];
+  workloads?: string[];
+  enqueueJobs?: number;
+  processJobs?: number;
+  latencyJobs?: number;
+}
+
+function parseArgs(argv: string[]): Args {
+  const a: Args = { quick: false, json: false };
+  for (let i = 0; i < argv.length; i++) {
+    const flag = argv[i]!;
+    const [name, inline] = flag.split('=', 2) as [string, string | undefined];
+    const value = () => inline ?? argv[++i] ?? '';
+    const int = () => {
+      const n = Number(value());
+      if (!Number.isInteger(n) || n < 1) throw new Error(`${name} takes a positive integer`);
+      return n;
+    };
+    if (name === '--quick') a.quick = true;
+    else if (name === '--json') a.json = true;
+    else if (name === '--out') a.out = value();
+    else if (name === '--rounds') a.rounds = int();
+    else if (name === '--systems') a.systems = value().split(',');
+    else if (name === '--workloads') a.workloads = value().split(',');
+    else if (name === '--enqueue-jobs') a.enqueueJobs = int();
+    else if (name === '--process-jobs') a.processJobs = int();
+    else if (name === '--latency-jobs') a.latencyJobs = int();
+    else throw new Error(`unknown flag ${flag}`);
+  }
+  return a;
+}
+
+const ALL_SYSTEMS: Record<string, () => BenchSystem> = {
+  'reckon-sqlite': () => new ReckonSystem('sqlite'),
+  'reckon-pg': () => new ReckonSystem('postgres'),
+  'pg-boss': () => new PgBossSystem(),
+  'graphile-worker': () => new GraphileSystem(),
+  bullmq: () => new BullMqSystem(),
+};
+
+type Results = Record<string, Record<string, Metrics[]>>;
+
+async function main(): Promise<void> {
+  const args = parseArgs(process.argv.slice(2));
+  const sizes: Sizes = {
+    enqueueJobs: args.enqueueJobs ?? (args.quick ? 2_000 : 20_000),
+    processJobs: args.processJobs ?? (args.quick ? 5_000 : 100_000),
+    latencyJobs: args.latencyJobs ?? (args.quick ? 400 : 4_000),
+    latencyRatePerSec: 200,
+  };
+  const rounds = args.rounds ?? (args.quick ? 1 : 3);
+  const systemNames = args.systems ?? Object.keys(ALL_SYSTEMS);
+  for (const n of systemNames) if (!ALL_SYSTEMS[n]) throw new Error(`unknown system ${n}`);
+  const workloads = WORKLOADS.filter((w) => !args.workloads || args.workloads.includes(w.name));
+  const log = (m: string) => (args.json ? process.stderr : process.stdout).write(m + '\n');
+  tolerateTeardownTermination();
+  await dropLeftoverDatabases();
+
+  const results: Results = {};
+  const started = new Date();
+  for (let round = 0; round < rounds; round++) {
+    for (const w of workloads) {
+      // Rotate the order each round so no system always runs first (or last) on a warm host.
+      const order = systemNames.map((_, i) => systemNames[(i + round) % systemNames.length]!);
+      for (const name of order) {
+        const s = ALL_SYSTEMS[name]!();
+        if (w.only && !w.only(s)) continue;
+        await s.open();
+        let m: Metrics;
+        try {
+          m = await w.run(s, sizes);
+        } finally {
+          await s.close();
+        }
+        ((results[w.name] ??= {})[name] ??= []).push(m);
+        log(`round ${round + 1}/${rounds}  ${w.name.padEnd(20)} ${name.padEnd(16)} ${fmt(m)}`);
+      }
+    }
+  }
+
+  const summary = summarize(results, workloads);
+  const report = {
+    date: started.toISOString(),
+    machine: {
+      cpus: cpus().length,
+      cpu: cpus()[0]?.model,
+      memGiB: Math.round(totalmem() / 2 ** 30),
+      node: process.version,
+    },
+    rounds,
+    sizes,
+    command: `npm run bench -- ${process.argv.slice(2).join(' ')}`.trim(),
+    medians: summary.medians,
+    ratios: summary.ratios,
+    raw: results,
+  };
+  if (args.out) writeFileSync(args.out, JSON.stringify(report, null, 2));
+  if (args.json) process.stdout.write(JSON.stringify(report, null, 2) + '\n');
+  else printSummary(summary, workloads);
+}
+
+function fmt(m: Metrics): string {
+  return Object.entries(m)
+    .map(([k, v]) => `${k}=${v >= 100 ? Math.round(v) : v.toFixed(2)}`)
+    .join(' ');
+}
+
+const LOWER_IS_BETTER = (workload: string) => workload.startsWith('latency');
+
+function summarize(results: Results, workloads: { name: string }[]) {
+  const medians: Record<string, Record<string, Metrics>> = {};
+  const ratios: Record<string, Record<string, Record<string, number>>> = {};
+  for (const w of workloads) {
+    const bySystem = results[w.name] ?? {};
+    for (const [sys, runs] of Object.entries(bySystem)) {
+      const keys = Object.keys(runs[0] ?? {});
+      (medians[w.name] ??= {})[sys] = Object.fromEntries(
+        keys.map((k) => [k, median(runs.map((r) => r[k]!))]),
+      );
+    }
+    for (const r of Object.keys(bySystem).filter((s) => s.startsWith('reckon-'))) {
+      for (const p of Object.keys(bySystem).filter((s) => !s.startsWith('reckon-'))) {
+        const a = medians[w.name]![r]!.value!;
+        const b = medians[w.name]![p]!.value!;
+        // Always "how many times better reckon is": >1 means reckon wins.
+        ((ratios[w.name] ??= {})[r] ??= {})[p] = LOWER_IS_BETTER(w.name) ? b / a : a / b;
+      }
+    }
+  }
+  return { medians, ratios };
+}
+
+function printSummary(
+  s: ReturnType<typeof summarize>,
+  workloads: { name: string; unit: string }[],
+): void {
+  console.log('\nmedians');
+  for (const w of workloads) {
+    const m = s.medians[w.name];
+    if (!m) continue;
+    console.log(`  ${w.name} (${w.unit})`);
+    for (const [sys, v] of Object.entries(m)) console.log(`    ${sys.padEnd(16)} ${fmt(v)}`);
+  }
+  console.log('\nreckon ÷ peer (>1: reckon better; latency: peer ÷ reckon)');
+  for (const w of workloads) {
+    const r = s.ratios[w.name];
+    if (!r) continue;
+    for (const [sys, peers] of Object.entries(r)) {
+      const cells = Object.entries(peers).map(([p, x]) => `${p} ${x.toFixed(2)}×`);
+      console.log(`  ${w.name.padEnd(20)} ${sys.padEnd(14)} ${cells.join('  ')}`);
+    }
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (err: unknown) => {
+    console.error(err);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,86 @@
+/**
+ * Turns a `npm run bench -- --out results.json` file into the Markdown tables and the mermaid
+ * chart of docs/benchmarks.md:  npx tsx bench/report.ts results.json
+ */
+import { readFileSync } from 'node:fs';
+
+interface Report {
+  date: string;
+  machine: { cpus: number; cpu?: string; memGiB: number; node: string };
+  rounds: number;
+  sizes: Record<string, number>;
+  command: string;
+  medians: Record<string, Record<string, Record<string, number>>>;
+  ratios: Record<string, Record<string, Record<string, number>>>;
+}
+
+const r = JSON.parse(readFileSync(process.argv[2]!, 'utf8')) as Report;
+const systems = ['reckon-sqlite', 'reckon-pg', 'pg-boss', 'graphile-worker', 'bullmq'];
+const fmt = (v: number | undefined) =>
+  v === undefined || Number.isNaN(v)
+    ? '—'
+    : v >= 100
+      ? Math.round(v).toLocaleString('en')
+      : v.toFixed(2);
+
+const out: string[] = [];
+out.push(
+  `Run of ${r.date}: \`${r.command}\`; ${r.rounds} rounds, sizes ${JSON.stringify(r.sizes)};`,
+);
+out.push(
+  `${r.machine.cpus} × ${r.machine.cpu ?? 'cpu'}, ${r.machine.memGiB} GiB, Node ${r.machine.node}.`,
+);
+out.push('');
+out.push(`| workload | ${systems.join(' | ')} |`);
+out.push(`|---|${systems.map(() => '---:').join('|')}|`);
+for (const [w, bySys] of Object.entries(r.medians)) {
+  const cell = (s: string) => {
+    const m = bySys[s];
+    if (!m) return '—';
+    if (w.startsWith('latency'))
+      return (
+        `${fmt(m.pickupP50)} / ${fmt(m.pickupP99)}` +
+        (m.e2eP50 !== undefined ? ` (e2e ${fmt(m.e2eP50)} / ${fmt(m.e2eP99)})` : '')
+      );
+    return fmt(m.value);
+  };
+  out.push(`| ${w} | ${systems.map(cell).join(' | ')} |`);
+}
+out.push('');
+out.push('Ratios, reckon ÷ peer (> 1: reckon better; for latency, peer ÷ reckon at p50):');
+out.push('');
+const peers = systems.filter((s) => !s.startsWith('reckon'));
+out.push(`| workload | reckon store | ${peers.join(' | ')} |`);
+out.push(`|---|---|${peers.map(() => '---:').join('|')}|`);
+for (const [w, byR] of Object.entries(r.ratios))
+  for (const [rs, byP] of Object.entries(byR))
+    out.push(
+      `| ${w} | ${rs} | ${peers.map((p) => (byP[p] === undefined ? '—' : `${byP[p].toFixed(2)}×`)).join(' | ')} |`,
+    );
+out.push('');
+// Mermaid xychart bars overlap rather than group, so each chart has one series: reckon's ratio
+// to the fastest peer it is compared with (all peers for SQLite; PostgreSQL peers for reckon-pg).
+const tp = Object.keys(r.medians).filter((w) => !w.startsWith('latency'));
+const PG_PEERS = ['pg-boss', 'graphile-worker'];
+for (const [rs, against] of [
+  ['reckon-sqlite', peers],
+  ['reckon-pg', PG_PEERS],
+] as const) {
+  const ratios = tp.map((w) => {
+    const mine = r.medians[w]?.[rs]?.value ?? 0;
+    const best = Math.max(...against.map((p) => r.medians[w]?.[p]?.value ?? 0));
+    return best > 0 ? mine / best : 0;
+  });
+  out.push('```mermaid');
+  out.push('xychart-beta');
+  out.push(
+    `  title "${rs} ÷ fastest ${rs === 'reckon-pg' ? 'PostgreSQL ' : ''}peer (1.0 = parity)"`,
+  );
+  out.push(`  x-axis [${tp.map((w) => `"${w}"`).join(', ')}]`);
+  out.push(`  y-axis "ratio" 0 --> ${Math.max(1.5, Math.ceil(Math.max(...ratios) * 2) / 2)}`);
+  out.push(`  bar [${ratios.map((x) => x.toFixed(2)).join(', ')}]`);
+  out.push(`  line [${ratios.map(() => '1').join(', ')}]`);
+  out.push('```');
+  out.push('');
+}
+console.log(out.join('\n'));

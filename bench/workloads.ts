@@ -1,0 +1,218 @@
+/**
+ * The workloads. Each takes an open system and returns its measurements; the caller opens a
+ * fresh database for every (workload, system, round).
+ */
+import { fork } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { inFlight, percentile, sleep, waitUntil, wallMs } from './lib.js';
+import type { ReckonSystem } from './systems/reckon.js';
+import type { BenchSystem, Payload } from './systems/system.js';
+
+export interface Sizes {
+  enqueueJobs: number;
+  processJobs: number;
+  latencyJobs: number;
+  latencyRatePerSec: number;
+}
+
+export type Metrics = Record<string, number>;
+
+export interface Workload {
+  name: string;
+  /** What the headline number means; higher is better unless `lowerIsBetter`. */
+  unit: string;
+  /** Only these systems run it (default: all). */
+  only?: (s: BenchSystem) => boolean;
+  run(s: BenchSystem, sizes: Sizes): Promise<Metrics>;
+}
+
+const payload = (seq: number): Payload => ({ seq, sentAt: wallMs() });
+
+function rate(n: number, ms: number): number {
+  return Math.round((n / ms) * 1000);
+}
+
+async function enqueueBatches(s: BenchSystem, n: number, batch = 1000): Promise<void> {
+  for (let i = 0; i < n; i += batch) {
+    const ps: Payload[] = [];
+    for (let j = i; j < Math.min(n, i + batch); j++) ps.push(payload(j));
+    await s.enqueueMany(ps);
+  }
+}
+
+const enqueueSerial: Workload = {
+  name: 'enqueue-1by1',
+  unit: 'jobs/s',
+  async run(s, z) {
+    const t0 = performance.now();
+    for (let i = 0; i < z.enqueueJobs; i++) await s.enqueue(payload(i));
+    return { value: rate(z.enqueueJobs, performance.now() - t0) };
+  },
+};
+
+const enqueue32: Workload = {
+  name: 'enqueue-32',
+  unit: 'jobs/s',
+  async run(s, z) {
+    const t0 = performance.now();
+    await inFlight(z.enqueueJobs, 32, (i) => s.enqueue(payload(i)));
+    return { value: rate(z.enqueueJobs, performance.now() - t0) };
+  },
+};
+
+const enqueueBatch: Workload = {
+  name: 'enqueue-batch1000',
+  unit: 'jobs/s',
+  async run(s, z) {
+    // Batches are fast: five times the jobs keep the run long enough to time.
+    const n = z.enqueueJobs * 5;
+    const t0 = performance.now();
+    await enqueueBatches(s, n);
+    return { value: rate(n, performance.now() - t0) };
+  },
+};
+
+function processing(concurrency: number): Workload {
+  return {
+    name: `process-c${concurrency}`,
+    unit: 'jobs/s',
+    async run(s, z) {
+      const n = z.processJobs;
+      await enqueueBatches(s, n);
+      let started = 0;
+      let done = 0;
+      const t0 = performance.now();
+      const running = await s.work({
+        concurrency,
+        onStart: () => void started++,
+        onDone: () => void done++,
+      });
+      // Durable completions: counted from the system's own event where it has one, else
+      // polled from the database once every handler has run.
+      await waitUntil(() => started >= n, 600_000, `${s.name} to start ${n} jobs`);
+      await waitUntil(
+        async () => done >= n || (await s.pending()) === 0,
+        120_000,
+        `${s.name} to complete ${n} jobs`,
+        10,
+      );
+      const ms = performance.now() - t0;
+      await running.stop();
+      return { value: rate(n, ms) };
+    },
+  };
+}
+
+/** Pickup (enqueue called → handler started) and end-to-end (→ completion durable) latency. */
+async function steadyLatency(
+  s: BenchSystem,
+  z: Sizes,
+  starts: Map<number, number>,
+  dones: Map<number, number>,
+): Promise<{ sent: Map<number, number> }> {
+  const sent = new Map<number, number>();
+  const t0 = performance.now();
+  const gap = 1000 / z.latencyRatePerSec;
+  const inflight: Promise<void>[] = [];
+  for (let i = 0; i < z.latencyJobs; i++) {
+    const due = t0 + i * gap;
+    const wait = due - performance.now();
+    if (wait > 1) await sleep(wait - 0.5);
+    while (performance.now() < due) {
+      /* spin the last half millisecond for an even rate */
+    }
+    const p = payload(i);
+    sent.set(i, p.sentAt);
+    inflight.push(s.enqueue(p));
+  }
+  await Promise.all(inflight);
+  await waitUntil(() => starts.size >= z.latencyJobs, 60_000, `${s.name} to start every job`);
+  if (dones.size > 0)
+    await waitUntil(() => dones.size >= z.latencyJobs, 60_000, `${s.name} to finish every job`);
+  return { sent };
+}
+
+function latencyMetrics(
+  sent: Map<number, number>,
+  starts: Map<number, number>,
+  dones: Map<number, number>,
+): Metrics {
+  const pickup: number[] = [];
+  const e2e: number[] = [];
+  for (const [seq, t] of sent) {
+    const st = starts.get(seq);
+    if (st !== undefined) pickup.push(st - t);
+    const dn = dones.get(seq);
+    if (dn !== undefined) e2e.push(dn - t);
+  }
+  const m: Metrics = {
+    value: percentile(pickup, 50),
+    pickupP50: percentile(pickup, 50),
+    pickupP99: percentile(pickup, 99),
+  };
+  if (e2e.length > 0) {
+    m.e2eP50 = percentile(e2e, 50);
+    m.e2eP99 = percentile(e2e, 99);
+  }
+  return m;
+}
+
+const latency: Workload = {
+  name: 'latency-200ps',
+  unit: 'ms (pickup p50)',
+  async run(s, z) {
+    const starts = new Map<number, number>();
+    const dones = new Map<number, number>();
+    const running = await s.work({
+      concurrency: 10,
+      onStart: (p) => starts.set(p.seq, wallMs()),
+      onDone: (p) => dones.set(p.seq, wallMs()),
+    });
+    await sleep(200);
+    const { sent } = await steadyLatency(s, z, starts, dones);
+    await running.stop();
+    return latencyMetrics(sent, starts, dones);
+  },
+};
+
+/** SQLite: the producer and the worker are separate processes sharing the file. */
+const latencyCrossProcess: Workload = {
+  name: 'latency-200ps-xproc',
+  unit: 'ms (pickup p50)',
+  only: (s) => s.name === 'reckon-sqlite',
+  async run(s, z) {
+    const r = s as ReckonSystem;
+    const starts = new Map<number, number>();
+    const child = fork(
+      fileURLToPath(new URL('./child-worker.ts', import.meta.url)),
+      [r.storeUrl, '10'],
+      { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] },
+    );
+    let ready = false;
+    let stopped = false;
+    child.on(
+      'message',
+      (m: { ready?: boolean; stopped?: boolean; starts?: [number, number][] }) => {
+        if (m.ready) ready = true;
+        if (m.stopped) stopped = true;
+        for (const [seq, t] of m.starts ?? []) starts.set(seq, t);
+      },
+    );
+    await waitUntil(() => ready, 30_000, 'the worker process to start');
+    await sleep(200);
+    const { sent } = await steadyLatency(s, z, starts, new Map());
+    child.send({ stop: true });
+    await waitUntil(() => stopped, 60_000, 'the worker process to stop');
+    return latencyMetrics(sent, starts, new Map());
+  },
+};
+
+export const WORKLOADS: Workload[] = [
+  enqueueSerial,
+  enqueue32,
+  enqueueBatch,
+  processing(10),
+  processing(50),
+  latency,
+  latencyCrossProcess,
+];
