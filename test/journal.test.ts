@@ -571,4 +571,54 @@ describe('graceful stop', () => {
     expect(detail.attempts.map((a) => a.state)).toEqual(['SUCCEEDED']);
     expect(effects).toBe(1);
   });
+
+  it('with prefetch, never runs more than `concurrency` at once; claimed-ahead jobs keep their leases and run before stop() returns', async () => {
+    let running = 0;
+    let most = 0;
+    const effects = new Map<number, number>();
+    const slow = defineOperation({
+      name: 'slow.call',
+      execute: (input: { n: number }, ctx) =>
+        ctx.dispatch(async () => {
+          running++;
+          most = Math.max(most, running);
+          effects.set(input.n, (effects.get(input.n) ?? 0) + 1);
+          await new Promise((r) => setTimeout(r, 120));
+          running--;
+          return input.n;
+        }),
+    });
+    const { q } = await queue();
+    await q.enqueueMany(
+      slow,
+      Array.from({ length: 12 }, (_, n) => ({ input: { n } })),
+    );
+    // Leases far shorter than the wait of the last prefetched job: only heartbeats keep them.
+    const w = q.worker({
+      operations: [slow],
+      concurrency: 2,
+      prefetch: 4,
+      leaseMs: 200,
+      heartbeatIntervalMs: 40,
+      pollIntervalMs: 10,
+      reclaimIntervalMs: 20,
+      clockSkewToleranceMs: 0,
+    });
+    await w.start();
+    await until('the worker to hold its prefetch', () =>
+      Promise.resolve(w.activeCount >= 6 && w.executingCount === 2),
+    );
+    expect(w.executingCount).toBeLessThanOrEqual(2);
+    await w.stop();
+    // stop() drained everything it had claimed: no lease left to expire, nothing retried.
+    const jobs = await q.jobs({ limit: 100 });
+    const succeeded = jobs.filter((j) => j.state === 'SUCCEEDED');
+    expect(succeeded.length).toBeGreaterThanOrEqual(6);
+    expect(jobs.filter((j) => j.state !== 'SUCCEEDED').every((j) => j.state === 'QUEUED')).toBe(
+      true,
+    );
+    for (const j of succeeded) expect(j.attemptCount).toBe(1);
+    expect(most).toBe(2);
+    expect([...effects.values()].every((n) => n === 1)).toBe(true);
+  });
 });

@@ -160,8 +160,12 @@ export class AttemptRun {
     this.watchdog.unref();
   }
 
-  /** Runs the operation and records the outcome. Never rejects. */
-  async run(): Promise<AttemptEnd> {
+  /**
+   * Runs the operation and records the outcome. Never rejects. `onSettled` is called once the
+   * operation has settled (and any marker write has answered), before the outcome is written:
+   * the worker's execution slot is free from then on, while the write is still awaited here.
+   */
+  async run(onSettled?: () => void): Promise<AttemptEnd> {
     const { job, attempt } = this.claimed;
     const timeout = setTimeout(
       () => this.abort(new AttemptTimeout(this.op.timeoutMs)),
@@ -182,6 +186,7 @@ export class AttemptRun {
     }
     // A marker write still in flight decides which side of the boundary we are on.
     if (this.markerWrite) await this.markerWrite.catch(() => undefined);
+    onSettled?.();
     const outcome = ok ? ({ state: 'SUCCEEDED' } as const) : this.classify(failure);
     const error = ok ? undefined : toErrorInfo(failure);
     const end = await this.record(outcome, ok ? result : undefined, error, attempt.attemptNo);

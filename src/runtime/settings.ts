@@ -18,6 +18,13 @@ export interface WorkerSettings {
   queues: string[];
   /** How often an idle worker looks for work when nothing woke it. */
   pollIntervalMs: number;
+  /**
+   * Attempts claimed ahead of a free execution slot, so that a slot that frees starts its next
+   * job without waiting for a claim. Each holds a lease (heartbeated) while it waits, so other
+   * workers cannot take it: keep it small when jobs are slow and workers many. 0 = claim only
+   * for free slots.
+   */
+  prefetch: number;
   /** Most jobs one claim takes. */
   claimBatchMax: number;
   /** How often leases are extended; a third of the lease leaves two tries before expiry. */
@@ -41,6 +48,7 @@ export function workerSettings(input: Partial<WorkerSettings>): WorkerSettings {
     leaseMs,
     queues: input.queues ?? ['default'],
     pollIntervalMs: input.pollIntervalMs ?? 100,
+    prefetch: input.prefetch ?? 0,
     claimBatchMax: input.claimBatchMax ?? 32,
     heartbeatIntervalMs: input.heartbeatIntervalMs ?? Math.max(50, Math.floor(leaseMs / 3)),
     safetyMarginMs: input.safetyMarginMs ?? Math.min(2_000, Math.floor(leaseMs / 5)),
@@ -60,6 +68,7 @@ export function workerSettings(input: Partial<WorkerSettings>): WorkerSettings {
   int('concurrency', 1, 10_000);
   int('leaseMs', 100, 24 * 3600_000);
   int('pollIntervalMs', 1, 60_000);
+  int('prefetch', 0, 10_000);
   int('claimBatchMax', 1, 1_000);
   int('heartbeatIntervalMs', 10, s.leaseMs - 1);
   int('safetyMarginMs', 0, s.leaseMs - 1);

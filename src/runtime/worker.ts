@@ -52,7 +52,12 @@ export class Worker extends EventEmitter implements AttemptHost {
   readonly reclaimer: Reclaimer;
   readonly reconciler: Reconciler;
   private readonly ops = new Map<string, AnyOperation>();
+  /** Every attempt this worker holds a lease for: waiting to start, executing, or finishing. */
   private readonly inFlight = new Map<string, { run: AttemptRun; done: Promise<void> }>();
+  /** Claimed ahead (prefetch), waiting for an execution slot. */
+  private readonly waiting: (() => void)[] = [];
+  /** Operations running now (at most `concurrency`); their outcome writes do not count. */
+  private executing = 0;
   private running = false;
   private stopping: Promise<void> | undefined;
   private loops: Promise<void>[] = [];
@@ -111,8 +116,23 @@ export class Worker extends EventEmitter implements AttemptHost {
     return this.settings.safetyMarginMs;
   }
 
+  /** Attempts this worker holds: claimed ahead, executing, or writing their outcome. */
   get activeCount(): number {
     return this.inFlight.size;
+  }
+
+  /** Operations executing now (never more than `concurrency`). */
+  get executingCount(): number {
+    return this.executing;
+  }
+
+  /**
+   * Most attempts held at once. Outcome writes in flight do not hold an execution slot, so
+   * claims, dispatch markers and outcomes of different jobs share commits; this bound keeps a
+   * slow store from piling up attempts.
+   */
+  private get holdMax(): number {
+    return 2 * (this.settings.concurrency + this.settings.prefetch);
   }
 
   get isRunning(): boolean {
@@ -242,9 +262,13 @@ export class Worker extends EventEmitter implements AttemptHost {
 
   private async claimOnce(): Promise<boolean> {
     this.wakePending = false;
-    const free = this.settings.concurrency - this.inFlight.size;
+    const { concurrency, prefetch, claimBatchMax } = this.settings;
+    const free = Math.min(
+      concurrency + prefetch - this.executing - this.waiting.length,
+      this.holdMax - this.inFlight.size,
+    );
     if (free <= 0) return false;
-    const limit = Math.min(free, this.settings.claimBatchMax);
+    const limit = Math.min(free, claimBatchMax);
     // Started before the claim is sent, so the local deadline is never later than the store's.
     const sentAt = performance.now();
     this.faults.hit('before-attempt-commit');
@@ -255,32 +279,59 @@ export class Worker extends EventEmitter implements AttemptHost {
       limit,
       leaseMs: this.settings.leaseMs,
     });
-    for (const c of claimed) this.startAttempt(c, sentAt);
-    return claimed.length === limit && this.inFlight.size < this.settings.concurrency;
+    for (const c of claimed) this.hold(c, sentAt);
+    this.pump();
+    return (
+      claimed.length === limit &&
+      this.executing + this.waiting.length < concurrency + prefetch &&
+      this.inFlight.size < this.holdMax
+    );
   }
 
-  private startAttempt(claimed: ClaimedAttempt, sentAt: number): void {
+  /** Takes a claimed attempt: its lease is heartbeated from now on; it runs when a slot frees. */
+  private hold(claimed: ClaimedAttempt, sentAt: number): void {
     const op = this.ops.get(claimed.job.operation)!;
     const run = new AttemptRun(this, claimed, op, sentAt);
     const key = `${claimed.job.id}#${claimed.attempt.attemptNo}`;
-    const done = run.run().then(
-      (end) => {
-        this.inFlight.delete(key);
-        this.wakeClaim();
-        this.announce(
-          claimed,
-          end.kind === 'finished' ? end.jobState : null,
-          end.outcome,
-          end.result,
-          end.error,
-        );
-      },
-      (err: unknown) => {
-        this.inFlight.delete(key);
-        this.reportError('attempt', err);
-      },
-    );
-    this.inFlight.set(key, { run, done });
+    const started = new Promise<void>((resolve) => this.waiting.push(resolve));
+    let slotHeld = true;
+    const freeSlot = () => {
+      if (!slotHeld) return;
+      slotHeld = false;
+      this.executing--;
+      this.pump();
+      this.wakeClaim();
+    };
+    const done = started.then(() => run.run(freeSlot)).finally(freeSlot);
+    this.inFlight.set(key, {
+      run,
+      done: done.then(
+        (end) => {
+          this.inFlight.delete(key);
+          // A full hold (slow outcome writes) may have kept the claim loop from claiming.
+          this.wakeClaim();
+          this.announce(
+            claimed,
+            end.kind === 'finished' ? end.jobState : null,
+            end.outcome,
+            end.result,
+            end.error,
+          );
+        },
+        (err: unknown) => {
+          this.inFlight.delete(key);
+          this.reportError('attempt', err);
+        },
+      ),
+    });
+  }
+
+  /** Starts waiting attempts, in claim order, while execution slots are free. */
+  private pump(): void {
+    while (this.executing < this.settings.concurrency && this.waiting.length > 0) {
+      this.executing++;
+      this.waiting.shift()!();
+    }
   }
 
   private announce(

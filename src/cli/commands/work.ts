@@ -20,6 +20,7 @@ import { addJsonOption, addStoreOption, openCliQueue, type StoreFlags } from '..
 interface WorkFlags extends StoreFlags {
   operations: string;
   concurrency: number;
+  prefetch: number;
   leaseMs: number;
   queue?: string[];
   logLevel: NonNullable<LoggerOptions['level']>;
@@ -53,6 +54,12 @@ export function registerWork(program: Command): void {
     )
     .requiredOption('--operations <module>', OPERATIONS_HELP)
     .option('--concurrency <n>', 'jobs run at the same time', intOption(1, 10_000), 10)
+    .option(
+      '--prefetch <n>',
+      'jobs claimed ahead of a free slot (each holds a lease while it waits; raise it for many short jobs)',
+      intOption(0, 10_000),
+      0,
+    )
     .option(
       '--lease-ms <ms>',
       'lease length; heartbeats renew it',
@@ -119,6 +126,7 @@ export function registerWork(program: Command): void {
       worker = q.worker({
         operations,
         concurrency: flags.concurrency,
+        prefetch: flags.prefetch,
         leaseMs: flags.leaseMs,
         queues: flags.queue ?? ['default'],
         shutdownTimeoutMs: flags.shutdownTimeoutMs,
