@@ -5,8 +5,17 @@
  *
  * Times: the database's clock (`clock_timestamp()`, not the transaction's `now()`), truncated to
  * milliseconds so that a time read back as a JS number is exactly what was stored. Times passed
- * in are epoch milliseconds (`bigint`), converted exactly by `fromMs`. Batches travel as one
- * JSON array parameter and are unpacked by `json_to_recordset`.
+ * in are epoch milliseconds (`bigint`), converted exactly by `fromMs`; the hot paths also send
+ * times back as epoch milliseconds (`toMs`), which the driver reads as plain numbers. Batches
+ * travel as one JSON array parameter unpacked by `json_to_recordset`, or, on the worker's hot
+ * paths, as one array per column unpacked by `unnest`.
+ *
+ * The worker's hot writes (claim, dispatch marker, outcome) and the common enqueue are each ONE
+ * statement: a data-modifying CTE that locks, judges the fence, writes and appends its events.
+ * A single statement is its own transaction, atomic and durable when it returns (with
+ * synchronous_commit on), so it needs no BEGIN/COMMIT round trips. A check that fails inside
+ * such a statement aborts it whole (see `fail`), exactly as a thrown assert rolled back the
+ * multi-statement transaction it replaces.
  */
 
 /** The database's clock now, to the millisecond. */
@@ -21,6 +30,27 @@ function millis(ms: string): string {
   return `((${ms})::bigint * interval '1 millisecond')`;
 }
 
+/** A timestamptz expression as epoch milliseconds (exact: times are whole milliseconds). */
+function toMs(t: string): string {
+  return `(extract(epoch FROM ${t}) * 1000)::float8`;
+}
+
+/**
+ * Marks the message of an error raised by `fail`: the statement was aborted on purpose by a
+ * check, and rolled back whole. The store reads what follows it (up to the closing quote).
+ */
+export const FAIL_MARK = 'reckon-fail:';
+
+/**
+ * An expression that aborts the statement, rolling back all of its writes, with `FAIL_MARK` and
+ * the text of `message` in the error (SQLSTATE 22P02, "invalid input syntax for type integer").
+ * Used inside CASE, so it is evaluated only when its condition holds; `message` must refer to a
+ * column, so that the planner never folds it as a constant (which would fail every statement).
+ */
+function fail(message: string): string {
+  return `(('${FAIL_MARK}' || (${message}))::int)`;
+}
+
 /** Unquoted lower-case identifiers only: they need no escaping and read the same everywhere. */
 export const SCHEMA_NAME_RE = /^[a-z_][a-z0-9_]{0,47}$/;
 
@@ -33,6 +63,50 @@ export function workChannel(schema: string): string {
   return `${schema}_work`;
 }
 
+/** Every column of a jobs row (as `JobRow` names it) from `alias`, times as epoch ms. */
+function jobColumns(alias: string): string {
+  const a = alias;
+  return [
+    `${a}.id, ${a}.queue, ${a}.operation, ${a}.input_json, ${a}.request_key, ${a}.request_fingerprint`,
+    `${a}.run_id, ${a}.step_id, ${a}.state, ${a}.priority`,
+    `${toMs(`${a}.run_at`)} AS run_at, ${toMs(`${a}.created_at`)} AS created_at`,
+    `${toMs(`${a}.updated_at`)} AS updated_at, ${toMs(`${a}.finished_at`)} AS finished_at`,
+    `${a}.attempt_count, ${a}.max_attempts, ${a}.backoff_json, ${a}.timeout_ms`,
+    `${toMs(`${a}.next_check_at`)} AS next_check_at, ${a}.lookup_failures, ${a}.result_json, ${a}.error_json`,
+  ].join(',\n  ');
+}
+
+/**
+ * The hot paths' lock step, as CTEs `locked` and `now`: locks the job and the attempt of every
+ * `input` row (columns job_id, attempt_no) in job id order, so that concurrent batches never wait
+ * on each other in a cycle (the same order as every other fenced write). `now` is the clock once
+ * every lock is held: it is read above the lock for each row, and the latest one is kept.
+ */
+function lockedLeases(jobs: string, attempts: string): string {
+  return `
+locked AS MATERIALIZED (
+  SELECT l.*, ${NOW} AS t
+  FROM (
+    SELECT j.id, j.queue, j.state AS job_state, j.attempt_count, j.request_fingerprint,
+      a.attempt_no, a.state, a.lease_token, a.lease_expires_at, a.dispatched_at, a.owner_id
+    FROM ${jobs} j JOIN ${attempts} a ON a.job_id = j.id
+    WHERE (a.job_id, a.attempt_no) IN (SELECT i.job_id, i.attempt_no FROM input i)
+    ORDER BY j.id
+    FOR UPDATE OF j, a
+  ) l
+),
+now AS MATERIALIZED (SELECT coalesce(max(locked.t), ${NOW}) AS t FROM locked)`;
+}
+
+/**
+ * SQL for rules.ts's `leaseHolds` on an `input` row `i` and its `locked` row `l` (absent when
+ * the job or attempt does not exist), and for "first of its kind in the batch": a later
+ * duplicate of a lease must see what the first one did.
+ */
+const LEASE_HOLDS = `coalesce(l.state = 'LEASED' AND l.lease_token = i.lease_token
+      AND l.job_state = 'LEASED' AND l.attempt_count = i.attempt_no, false)`;
+const FIRST_OF_LEASE = `i.ord = min(i.ord) OVER (PARTITION BY i.job_id, i.attempt_no, i.lease_token)`;
+
 export type Statements = ReturnType<typeof statements>;
 
 export function statements(schema: string) {
@@ -40,6 +114,36 @@ export function statements(schema: string) {
   const jobs = `${s}.jobs`;
   const attempts = `${s}.attempts`;
   const events = `${s}.events`;
+  /** The claim statement around its `picked` CTE (the due jobs to lease, locked). */
+  const claim = (picked: string) => `
+WITH now AS MATERIALIZED (SELECT ${NOW} AS t),${picked},
+leased AS (
+  UPDATE ${jobs} j SET state = 'LEASED', attempt_count = j.attempt_count + 1, updated_at = now.t,
+    next_check_at = NULL
+  FROM now
+  -- By primary key whatever the plan: a generic plan must not guess picked is big and scan jobs.
+  WHERE j.id = ANY (ARRAY(SELECT picked.id FROM picked)) AND j.state = 'QUEUED'
+  RETURNING j.*
+),
+attempt AS (
+  INSERT INTO ${attempts} (job_id, attempt_no, request_key, request_fingerprint, state, owner_id,
+    lease_token, leased_at, lease_expires_at)
+  SELECT l.id, l.attempt_count, l.request_key, l.request_fingerprint, 'LEASED', $4,
+    gen_random_uuid()::text, now.t, now.t + ${millis('$5')}
+  FROM leased l, now
+  RETURNING job_id, lease_token, leased_at, lease_expires_at
+),
+leased_event AS (
+  INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, from_state, to_state, actor, detail_json, at)
+  SELECT l.id, l.attempt_count, l.request_fingerprint, 'leased', 'QUEUED', 'LEASED', $4,
+    json_build_object('leaseMs', $5::bigint)::text, now.t
+  FROM leased l, now
+)
+SELECT ${jobColumns('l')},
+  a.lease_token AS a_lease_token, ${toMs('a.leased_at')} AS a_leased_at,
+  ${toMs('a.lease_expires_at')} AS a_lease_expires_at
+FROM leased l JOIN attempt a ON a.job_id = l.id
+ORDER BY l.priority DESC, l.run_at, l.id`;
   return {
     // ------------------------------------------------------------ lifecycle
 
@@ -171,6 +275,39 @@ enqueued AS (
 )
 SELECT * FROM inserted`,
 
+    /**
+     * The common enqueue in ONE statement: `jobInsert` when every request key is new, plus the
+     * wake-ups. $1 and $2 as for `jobInsert`, $3 the number of jobs in $1, $4 the channel. When
+     * some key already exists (or $1 names one twice), it aborts with a `fail` ("not all new")
+     * and writes nothing: the caller then runs the general path (`jobInsert`, `jobByKeys` …) in a
+     * transaction. Returns the inserted rows, times as epoch ms.
+     */
+    jobInsertAllNew: `
+WITH now AS MATERIALIZED (SELECT ${NOW} AS t),
+inserted AS (
+  INSERT INTO ${jobs} (id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id,
+    state, priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms)
+  SELECT n.id, n.queue, n.operation, n.input_json, n.request_key, n.request_fingerprint, n.run_id, n.step_id,
+    'QUEUED', n.priority, coalesce(${fromMs('n.run_at')}, now.t + ${millis('n.delay_ms')}), now.t, now.t,
+    n.max_attempts, n.backoff_json, n.timeout_ms
+  FROM json_to_recordset($1::json) AS n(id text, queue text, operation text, input_json text,
+    request_key text, request_fingerprint text, run_id text, step_id text, priority int,
+    delay_ms bigint, run_at bigint, max_attempts int, backoff_json text, timeout_ms bigint), now
+  ON CONFLICT (request_key) DO NOTHING
+  RETURNING *
+),
+enqueued AS (
+  INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, to_state, actor, at)
+  SELECT i.id, NULL, i.request_fingerprint, 'enqueued', 'QUEUED', $2, i.created_at FROM inserted i
+),
+checked AS MATERIALIZED (
+  SELECT CASE WHEN count(*) <> $3::int THEN ${fail(`'not all new: ' || count(*)`)} END AS violated,
+    (SELECT count(pg_notify($4::text, q.queue)) FROM (SELECT DISTINCT queue FROM inserted) q) AS woken
+  FROM inserted
+)
+SELECT c.violated, c.woken, ${jobColumns('i')}
+FROM checked c JOIN inserted i ON true`,
+
     /** $1 request keys (text[]). */
     jobByKeys: `SELECT * FROM ${jobs} WHERE request_key = ANY($1::text[])`,
 
@@ -221,52 +358,180 @@ WHERE job_id = $1 AND attempt_no = $2 AND state = 'UNKNOWN' AND resolution IS NU
     // ------------------------------------------------------------ attempts
 
     /**
-     * $1 queues (text[]), $2 operations (text[]), $3 limit, $4 owner id, $5 lease (ms).
+     * $1 queue (text), $2 operations (text[]), $3 limit, $4 owner id, $5 lease (ms).
      * Takes due QUEUED jobs by priority DESC, run_at, id, skipping rows other claimers hold, and
      * gives each a new LEASED attempt with a fresh token, expiring $5 ms after now on the
-     * database's clock. One statement: one round trip, all or nothing.
+     * database's clock. One statement: one round trip, all or nothing. The queue is read along
+     * the `jobs_claim` index in claim order, so a claim reads about $3 rows however many wait.
+     * Returns the job (times as epoch ms) and its new attempt's columns (prefixed `a_`).
      */
-    attemptClaim: `
-WITH now AS MATERIALIZED (SELECT ${NOW} AS t),
-picked AS (
+    attemptClaim: claim(`
+picked AS MATERIALIZED (
   SELECT j.id FROM ${jobs} j
-  WHERE j.state = 'QUEUED' AND j.run_at <= (SELECT t FROM now)
-    AND j.queue = ANY($1::text[]) AND j.operation = ANY($2::text[])
+  WHERE j.state = 'QUEUED' AND j.queue = $1::text AND j.run_at <= (SELECT t FROM now)
+    AND j.operation = ANY($2::text[])
   ORDER BY j.priority DESC, j.run_at, j.id
   LIMIT $3
   FOR UPDATE SKIP LOCKED
-),
-leased AS (
-  UPDATE ${jobs} j SET state = 'LEASED', attempt_count = j.attempt_count + 1, updated_at = now.t,
-    next_check_at = NULL
-  FROM picked, now
-  WHERE j.id = picked.id AND j.state = 'QUEUED'
-  RETURNING j.*
-),
-attempt AS (
-  INSERT INTO ${attempts} (job_id, attempt_no, request_key, request_fingerprint, state, owner_id,
-    lease_token, leased_at, lease_expires_at)
-  SELECT l.id, l.attempt_count, l.request_key, l.request_fingerprint, 'LEASED', $4,
-    gen_random_uuid()::text, now.t, now.t + ${millis('$5')}
-  FROM leased l, now
-  RETURNING *
-),
-leased_event AS (
-  INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, from_state, to_state, actor, detail_json, at)
-  SELECT l.id, l.attempt_count, l.request_fingerprint, 'leased', 'QUEUED', 'LEASED', $4,
-    json_build_object('leaseMs', $5::bigint)::text, now.t
-  FROM leased l, now
-)
-SELECT row_to_json(l) AS job, row_to_json(a) AS attempt
-FROM leased l JOIN attempt a ON a.job_id = l.id
-ORDER BY l.priority DESC, l.run_at, l.id`,
+)`),
 
-    /** $1 JSON array of { job_id, attempt_no, lease_token }, $2 now (ms). Sets the dispatch markers. */
+    /**
+     * `attemptClaim` over several queues: $1 queues (text[]). Each queue is read on its own along
+     * the index, then the best $3 of them are taken (rows locked beyond those are released at
+     * once, unchanged).
+     */
+    attemptClaimQueues: claim(`
+picked AS MATERIALIZED (
+  SELECT c.id, c.priority, c.run_at
+  FROM (SELECT DISTINCT q FROM unnest($1::text[]) AS q) qs
+  CROSS JOIN LATERAL (
+    SELECT j.id, j.priority, j.run_at FROM ${jobs} j
+    WHERE j.state = 'QUEUED' AND j.queue = qs.q AND j.run_at <= (SELECT t FROM now)
+      AND j.operation = ANY($2::text[])
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+  ) c
+  ORDER BY c.priority DESC, c.run_at, c.id
+  LIMIT $3
+)`),
+
+    /**
+     * Invariant 3 in ONE statement. $1 job ids (text[]), $2 attempt nos (int[]), $3 lease tokens
+     * (text[]), one lease per index. Locks every lease's job and attempt (`lockedLeases`), judges
+     * each on the locked rows and the clock after the locks (rules.ts `leaseHolds`, then the
+     * lease unexpired), sets `dispatched_at` of those that pass, fenced again on token, state and
+     * expiry, and appends their `dispatched` events. Returns one row per lease, in order: status
+     * ok | lease-lost | lease-expired, the lease's expiry and now (epoch ms). A held, unexpired
+     * lease that is already marked (or named twice) aborts the statement, naming the first such
+     * lease: dispatched twice is a bug.
+     */
     attemptDispatch: `
-UPDATE ${attempts} a SET dispatched_at = ${fromMs('$2')}
-FROM json_to_recordset($1::json) AS u(job_id text, attempt_no int, lease_token text)
-WHERE a.job_id = u.job_id AND a.attempt_no = u.attempt_no AND a.lease_token = u.lease_token
-  AND a.state = 'LEASED' AND a.dispatched_at IS NULL`,
+WITH input AS MATERIALIZED (
+  SELECT * FROM unnest($1::text[], $2::int[], $3::text[]) WITH ORDINALITY
+    AS i(job_id, attempt_no, lease_token, ord)
+),
+${lockedLeases(jobs, attempts)},
+judged AS MATERIALIZED (
+  SELECT i.ord, i.job_id, i.attempt_no, i.lease_token, l.request_fingerprint, l.owner_id,
+    l.lease_expires_at,
+    CASE
+      WHEN NOT ${LEASE_HOLDS} THEN 'lease-lost'
+      WHEN l.lease_expires_at <= now.t THEN 'lease-expired'
+      WHEN l.dispatched_at IS NOT NULL OR NOT ${FIRST_OF_LEASE} THEN 'twice'
+      ELSE 'ok'
+    END AS status
+  FROM input i CROSS JOIN now
+  LEFT JOIN locked l ON l.id = i.job_id AND l.attempt_no = i.attempt_no
+),
+first_bad AS MATERIALIZED (SELECT min(ord) AS ord FROM judged WHERE status = 'twice'),
+marked AS (
+  UPDATE ${attempts} a SET dispatched_at = now.t
+  FROM judged g, now
+  WHERE g.status = 'ok' AND a.job_id = g.job_id AND a.attempt_no = g.attempt_no
+    AND a.lease_token = g.lease_token AND a.state = 'LEASED' AND a.dispatched_at IS NULL
+    AND a.lease_expires_at > now.t
+  RETURNING a.job_id
+),
+dispatched_event AS (
+  INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, actor, at)
+  SELECT g.job_id, g.attempt_no, g.request_fingerprint, 'dispatched', g.owner_id, now.t
+  FROM judged g, now
+  WHERE g.status = 'ok'
+  ORDER BY g.ord
+)
+SELECT g.status, ${toMs('g.lease_expires_at')} AS lease_expires_at, ${toMs('now.t')} AS now,
+  CASE
+    WHEN g.ord = f.ord
+      THEN ${fail(`'job ' || g.job_id || ' attempt ' || g.attempt_no || ' dispatched twice'`)}
+    WHEN g.ord = 1 AND f.ord IS NULL
+        AND (SELECT count(*) FROM marked) <> (SELECT count(*) FROM judged WHERE status = 'ok')
+      THEN ${fail(`'not every held lease took its dispatch marker (batch of job ' || g.job_id || ')'`)}
+  END AS violated
+FROM judged g CROSS JOIN now CROSS JOIN first_bad f
+ORDER BY g.ord`,
+
+    /**
+     * Outcomes in ONE statement. One finish per index of the arrays: $1 job id, $2 attempt no,
+     * $3 lease token, $4 attempt state, $5 reason, $6 attempt result_json, $7 attempt error_json,
+     * $8 job's next state, $9 QUEUED: run delay (ms), $10 UNKNOWN: next check this long after
+     * the marker (ms), $11 job result_json, $12 job error_json (each null = keep the column),
+     * $13 event kind, $14 actor, $15 event detail_json, $16 / $17: the outcome breaks an
+     * invariant if the attempt has no marker / has one (rules.ts `assertFinishLegal`, judged by
+     * the store beforehand for both cases); $18 the channel.
+     * Locks like `attemptDispatch`; a finish applies when its lease holds (rules.ts `leaseHolds`)
+     * and it is the first of that lease in the batch. Ends those attempts, moves their jobs
+     * (as the transaction path's `finishAttempt` does), appends their events and wakes the
+     * queues of requeued jobs. Returns `applied` per finish, in order. A finish that applies but
+     * breaks an invariant aborts the statement (`fail`: "finish <index> marked|unmarked", the
+     * first such finish), and is never written even for a moment, so no constraint fires first.
+     */
+    attemptFinish: `
+WITH input AS MATERIALIZED (
+  SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[],
+      $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::text[], $13::text[],
+      $14::text[], $15::text[], $16::bool[], $17::bool[]) WITH ORDINALITY
+    AS i(job_id, attempt_no, lease_token, state, reason, result_json, error_json, job_to,
+      run_delay_ms, check_after_ms, job_result_json, job_error_json, kind, actor, detail_json,
+      bad_unmarked, bad_marked, ord)
+),
+${lockedLeases(jobs, attempts)},
+held AS MATERIALIZED (
+  SELECT i.*, l.request_fingerprint, l.queue, l.dispatched_at,
+    ${LEASE_HOLDS} AND ${FIRST_OF_LEASE} AS applies
+  FROM input i
+  LEFT JOIN locked l ON l.id = i.job_id AND l.attempt_no = i.attempt_no
+),
+judged AS MATERIALIZED (
+  SELECT h.*,
+    h.applies AND CASE WHEN h.dispatched_at IS NULL THEN h.bad_unmarked ELSE h.bad_marked END AS bad
+  FROM held h
+),
+first_bad AS MATERIALIZED (SELECT min(ord) AS ord FROM judged WHERE bad),
+ended AS (
+  UPDATE ${attempts} a SET state = g.state, finished_at = now.t, result_json = g.result_json,
+    error_json = g.error_json, reason = g.reason
+  FROM judged g, now
+  WHERE g.applies AND NOT g.bad AND a.job_id = g.job_id AND a.attempt_no = g.attempt_no
+    AND a.lease_token = g.lease_token AND a.state = 'LEASED'
+  RETURNING a.job_id
+),
+moved AS (
+  UPDATE ${jobs} j SET
+    state = g.job_to,
+    updated_at = now.t,
+    run_at = CASE WHEN g.run_delay_ms IS NULL THEN j.run_at ELSE now.t + ${millis('g.run_delay_ms')} END,
+    next_check_at = CASE WHEN g.check_after_ms IS NULL THEN NULL
+      ELSE coalesce(g.dispatched_at, now.t) + ${millis('g.check_after_ms')} END,
+    lookup_failures = CASE WHEN g.job_to = 'UNKNOWN' THEN 0 ELSE j.lookup_failures END,
+    result_json = coalesce(g.job_result_json, j.result_json),
+    error_json = coalesce(g.job_error_json, j.error_json),
+    finished_at = CASE WHEN g.job_to IN ('SUCCEEDED', 'FAILED', 'CANCELLED') THEN now.t END
+  FROM judged g, now
+  WHERE g.applies AND NOT g.bad AND j.id = g.job_id AND j.state = 'LEASED' AND j.attempt_count = g.attempt_no
+  RETURNING j.id
+),
+finished_event AS (
+  INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, from_state, to_state, actor, detail_json, at)
+  SELECT g.job_id, g.attempt_no, g.request_fingerprint, g.kind, 'LEASED', g.job_to, g.actor,
+    g.detail_json, now.t
+  FROM judged g, now
+  WHERE g.applies AND NOT g.bad
+  ORDER BY g.ord
+)
+SELECT g.applies AS applied,
+  CASE
+    WHEN g.ord = f.ord
+      THEN ${fail(`'finish ' || g.ord || CASE WHEN g.dispatched_at IS NULL THEN ' unmarked' ELSE ' marked' END`)}
+    WHEN g.ord = 1 AND f.ord IS NULL
+        AND ((SELECT count(*) FROM ended) <> (SELECT count(*) FROM judged WHERE applies)
+          OR (SELECT count(*) FROM moved) <> (SELECT count(*) FROM judged WHERE applies))
+      THEN ${fail(`'not every held lease took its outcome (batch of job ' || g.job_id || ')'`)}
+  END AS violated,
+  (SELECT count(pg_notify($18::text, q.queue))
+     FROM (SELECT DISTINCT queue FROM judged WHERE applies AND job_to = 'QUEUED') q) AS woken
+FROM judged g CROSS JOIN first_bad f
+ORDER BY g.ord`,
 
     /**
      * $1 JSON array of { job_id, attempt_no, lease_token }, $2 lease (ms). Extends each LEASED,
