@@ -16,7 +16,10 @@ import {
   StoreUnavailable,
   assert,
 } from '../../core/errors.js';
-import type { JobState } from '../../core/states.js';
+import type { ErrorInfo } from '../../core/errors.js';
+import type { Json } from '../../core/json.js';
+import type { BackoffPolicy } from '../../core/retry.js';
+import type { AttemptState, JobState } from '../../core/states.js';
 import { JOB_STATES } from '../../core/states.js';
 import {
   assertFinishLegal,
@@ -75,6 +78,201 @@ export const DEFAULT_BUSY_TIMEOUT_MS = 10_000;
  */
 export const WORK_CHECK_INTERVAL_MS = 2;
 
+interface TxStatements {
+  begin: Database.Statement;
+  commit: Database.Statement;
+  rollback: Database.Statement;
+  savepoint: Database.Statement;
+  release: Database.Statement;
+  rollbackTo: Database.Statement;
+}
+
+/** The columns of `fenceView`, in order. */
+type FenceRow = [
+  attemptRowid: number,
+  attemptState: AttemptState,
+  leaseToken: string,
+  leaseExpiresAt: number,
+  dispatchedAt: number | null,
+  fingerprint: string,
+  ownerId: string,
+  jobRowid: number,
+  jobState: JobState,
+  attemptCount: number,
+  nextCheckAt: number | null,
+];
+
+/** An attempt and its job as the lease fence sees them (partial records: see `fenceView`). */
+interface FenceView {
+  job: JobRecord;
+  attempt: AttemptRecord;
+  jobRowid: number;
+  attemptRowid: number;
+}
+
+const SET_JOB_STATE = `UPDATE jobs SET state = ?, updated_at = ?,
+    run_at = coalesce(?, run_at),
+    next_check_at = ?,
+    lookup_failures = coalesce(?, lookup_failures),
+    result_json = coalesce(?, result_json),
+    error_json = coalesce(?, error_json),
+    finished_at = ?`;
+const SET_JOB_STATE_BY_ID = `${SET_JOB_STATE} WHERE id = ?`;
+const SET_JOB_STATE_BY_ROWID = `${SET_JOB_STATE} WHERE rowid = ?`;
+
+function inList(n: number): string {
+  return n === 1 ? '?' : Array.from({ length: n }, () => '?').join(',');
+}
+
+/** SQL texts that depend on the length of IN lists, built once per arity (then one cached statement each). */
+const sqlByArity = new Map<string, string>();
+
+function byArity(kind: string, queues: number, operations: number, build: () => string): string {
+  const key = `${kind}:${queues}:${operations}`;
+  let sql = sqlByArity.get(key);
+  if (sql === undefined) {
+    sql = build();
+    sqlByArity.set(key, sql);
+  }
+  return sql;
+}
+
+/** Due QUEUED jobs of one queue, in claim order, through the partial index jobs_claim. */
+function claimCandidates(operations: number, columns: string): string {
+  return `SELECT ${columns} FROM jobs INDEXED BY jobs_claim
+    WHERE state = 'QUEUED' AND queue = ? AND run_at <= ? AND operation IN (${inList(operations)})
+    ORDER BY priority DESC, run_at, id LIMIT ?`;
+}
+
+/** Is any job due? (Order does not matter, so one index search per queue.) */
+function claimProbeSql(queues: number, operations: number): string {
+  return byArity(
+    'probe',
+    queues,
+    operations,
+    () => `SELECT 1 FROM jobs INDEXED BY jobs_claim
+      WHERE state = 'QUEUED' AND queue IN (${inList(queues)}) AND run_at <= ?
+        AND operation IN (${inList(operations)}) LIMIT 1`,
+  );
+}
+
+/**
+ * Takes up to `limit` due jobs in claim order and returns them as updated. Several queues: the
+ * first `limit` of each (each an ordered index range), merged; never a sort of all the waiting
+ * jobs. Arguments: see `claimArgs`.
+ */
+function claimSql(queues: number, operations: number): string {
+  return byArity('claim', queues, operations, () => {
+    const ids =
+      queues === 1
+        ? claimCandidates(operations, 'rowid')
+        : `SELECT r FROM (${Array.from(
+            { length: queues },
+            () =>
+              `SELECT * FROM (${claimCandidates(operations, 'rowid AS r, priority, run_at, id')})`,
+          ).join(' UNION ALL ')}) ORDER BY priority DESC, run_at, id LIMIT ?`;
+    return `UPDATE jobs SET state = 'LEASED', attempt_count = attempt_count + 1, updated_at = ?, next_check_at = NULL
+      WHERE rowid IN (${ids})
+      RETURNING ${JOB_COLUMNS}`;
+  });
+}
+
+function claimArgs(now: number, queues: string[], operations: string[], limit: number): unknown[] {
+  const args: unknown[] = [now];
+  for (const q of queues) args.push(q, now, ...operations, limit);
+  if (queues.length > 1) args.push(limit);
+  return args;
+}
+
+/** Every column of a job, in the order of `JobTuple` (for raw statements). */
+const JOB_COLUMNS = `id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id, state,
+  priority, run_at, created_at, updated_at, finished_at, attempt_count, max_attempts, backoff_json, timeout_ms,
+  next_check_at, lookup_failures, result_json, error_json`;
+
+type JobTuple = [
+  id: string,
+  queue: string,
+  operation: string,
+  inputJson: string,
+  requestKey: string,
+  fingerprint: string,
+  runId: string | null,
+  stepId: string | null,
+  state: JobState,
+  priority: number,
+  runAt: number,
+  createdAt: number,
+  updatedAt: number,
+  finishedAt: number | null,
+  attemptCount: number,
+  maxAttempts: number,
+  backoffJson: string,
+  timeoutMs: number,
+  nextCheckAt: number | null,
+  lookupFailures: number,
+  resultJson: string | null,
+  errorJson: string | null,
+];
+
+/** `jobFromRow` for a raw row of `JOB_COLUMNS` (SQLite: times are already epoch-ms numbers). */
+function jobFromTuple(r: JobTuple): JobRecord {
+  return {
+    id: r[0],
+    queue: r[1],
+    operation: r[2],
+    input: JSON.parse(r[3]) as Json,
+    requestKey: r[4],
+    fingerprint: r[5],
+    runId: r[6],
+    stepId: r[7],
+    state: r[8],
+    priority: r[9],
+    runAt: r[10],
+    createdAt: r[11],
+    updatedAt: r[12],
+    finishedAt: r[13],
+    attemptCount: r[14],
+    maxAttempts: r[15],
+    backoff: JSON.parse(r[16]) as BackoffPolicy,
+    timeoutMs: r[17],
+    nextCheckAt: r[18],
+    lookupFailures: r[19],
+    result: r[20] === null ? null : (JSON.parse(r[20]) as Json),
+    error: r[21] === null ? null : (JSON.parse(r[21]) as ErrorInfo),
+  };
+}
+
+/** RETURNING has no order: the claim order (priority DESC, run_at, id; ids are ASCII). */
+function claimOrder(a: JobTuple, b: JobTuple): number {
+  return b[9] - a[9] || a[10] - b[10] || (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0);
+}
+
+const EVENT_COLUMNS = 9;
+/** Rows per events INSERT statement: a few sizes, so a few cached statements. */
+const EVENT_INSERT_ROWS = [64, 16, 4, 1];
+
+function eventInsertSql(rows: number): string {
+  return byArity(
+    'events',
+    rows,
+    0,
+    () =>
+      `INSERT INTO events (job_id, attempt_no, request_fingerprint, kind, from_state, to_state, actor, detail_json, at)
+       VALUES ${Array.from({ length: rows }, () => '(?, ?, ?, ?, ?, ?, ?, ?, ?)').join(', ')}`,
+  );
+}
+
+const ATTEMPT_EVENT_KINDS = new Map<string, string>();
+
+function attemptEventKind(state: string): string {
+  let kind = ATTEMPT_EVENT_KINDS.get(state);
+  if (kind === undefined) {
+    kind = `attempt-${state.toLowerCase().replaceAll('_', '-')}`;
+    ATTEMPT_EVENT_KINDS.set(state, kind);
+  }
+  return kind;
+}
+
 export class SqliteStore implements Store {
   readonly kind = 'sqlite' as const;
   readonly location: string;
@@ -87,6 +285,7 @@ export class SqliteStore implements Store {
   private readonly now: () => number;
   private readonly busyTimeoutMs: number;
   private stmtCache = new Map<string, Database.Statement>();
+  private rawCache = new Map<string, Database.Statement>();
   /** Writes waiting for the next group commit (see `write`). */
   private writeQueue: {
     fn: () => unknown;
@@ -94,6 +293,9 @@ export class SqliteStore implements Store {
     reject: (err: unknown) => void;
   }[] = [];
   private flushScheduled = false;
+  /** Events of the running write, EVENT_COLUMNS values each (see `event`). */
+  private pendingEvents: unknown[] = [];
+  private tx: TxStatements | null = null;
 
   constructor(private readonly options: SqliteStoreOptions) {
     this.location = `sqlite:${options.path}`;
@@ -193,6 +395,8 @@ export class SqliteStore implements Store {
     // Writes already started are committed (or rejected) before the file closes.
     if (this.db) this.flushWrites();
     this.stmtCache.clear();
+    this.rawCache.clear();
+    this.tx = null;
     this.db?.close();
     this.db = null;
     return Promise.resolve();
@@ -217,64 +421,153 @@ export class SqliteStore implements Store {
   }
 
   /**
+   * A statement whose rows come back as arrays (columns in the order of the SELECT/RETURNING
+   * list): better-sqlite3 builds an object per row with one slow property write per column,
+   * which costs more than the query itself on the hot paths.
+   */
+  private rawStmt(sql: string): Database.Statement {
+    let s = this.rawCache.get(sql);
+    if (!s) {
+      s = this.conn().prepare(sql).raw(true);
+      this.rawCache.set(sql, s);
+    }
+    return s;
+  }
+
+  /**
    * Runs `fn` in an IMMEDIATE write transaction; resolves after the durable commit.
    *
    * Group commit: better-sqlite3 is synchronous, so the writes that callers in this process
    * start within one turn of the event loop (concurrent enqueues, the dispatch markers and
    * outcomes of concurrent attempts, claims, heartbeats) are queued and run together in ONE
-   * `BEGIN IMMEDIATE` transaction: one fsync instead of one each. Each caller's `fn` runs in its
-   * own SAVEPOINT, so a caller whose `fn` throws (RequestKeyConflict, a broken invariant) has
-   * its writes rolled back and is rejected alone; the others commit. Every promise settles only
-   * after the COMMIT has returned, i.e. after the shared transaction is durable (invariant 1,
-   * and invariant 3 for markers: each dispatch still waits for its own marker's commit).
+   * `BEGIN IMMEDIATE` transaction: one fsync instead of one each. A caller whose `fn` throws
+   * (RequestKeyConflict, a broken invariant) has its writes rolled back and is rejected alone;
+   * the others commit (see `flushWrites`). Every promise settles only after the COMMIT has
+   * returned, i.e. after the shared transaction is durable (invariant 1, and invariant 3 for
+   * markers: each dispatch still waits for its own marker's commit).
+   *
+   * A `fn` must be a pure function of the database (and the clock): it may run twice, the first
+   * run rolled back unseen (see `flushWrites`).
    */
   private write<T>(fn: () => T): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       this.writeQueue.push({ fn, resolve: resolve as (v: unknown) => void, reject });
       if (!this.flushScheduled) {
         this.flushScheduled = true;
-        setImmediate(() => this.flushWrites());
+        setImmediate(this.flushBound);
       }
     });
   }
 
-  /** Commits every queued write in one transaction, then answers each caller. */
+  private readonly flushBound = (): void => this.flushWrites();
+
+  /** BEGIN IMMEDIATE / COMMIT / ROLLBACK and the per-caller savepoint, prepared once. */
+  private txStatements(): TxStatements {
+    if (!this.tx) {
+      const db = this.conn();
+      this.tx = {
+        begin: db.prepare('BEGIN IMMEDIATE'),
+        commit: db.prepare('COMMIT'),
+        rollback: db.prepare('ROLLBACK'),
+        savepoint: db.prepare('SAVEPOINT reckon_caller'),
+        release: db.prepare('RELEASE reckon_caller'),
+        rollbackTo: db.prepare('ROLLBACK TO reckon_caller'),
+      };
+    }
+    return this.tx;
+  }
+
+  /**
+   * Commits every queued write in one transaction, then answers each caller.
+   *
+   * Optimistic isolation: the callers' functions first run one after the other with no
+   * savepoint around each (a savepoint costs two statements per caller, and callers almost
+   * never throw). If one throws, the whole transaction is rolled back, unseen and uncommitted,
+   * and the batch runs again with each caller in its own SAVEPOINT: the failing caller is
+   * rolled back and rejected alone, the others commit. Either way each caller's writes are
+   * atomic and nobody is answered before the COMMIT.
+   */
   private flushWrites(): void {
     this.flushScheduled = false;
     const batch = this.writeQueue;
     this.writeQueue = [];
     if (batch.length === 0) return;
-    const results: ({ ok: true; value: unknown } | { ok: false; err: unknown })[] = [];
+    let results: ({ ok: true; value: unknown } | { ok: false; err: unknown })[];
     try {
-      const db = this.conn();
-      if (batch.length === 1) {
-        results.push({ ok: true, value: db.transaction(batch[0]!.fn).immediate() });
-      } else {
-        db.transaction(() => {
-          for (const w of batch) {
-            try {
-              // A transaction function called inside a transaction runs as a SAVEPOINT.
-              results.push({ ok: true, value: db.transaction(w.fn)() });
-            } catch (err) {
-              results.push({ ok: false, err });
-              // Some errors (I/O, disk full) end the whole transaction: then nothing of the
-              // batch can commit, and no later caller may run outside a transaction.
-              if (!db.inTransaction) throw err;
-            }
-          }
-        }).immediate();
-      }
+      results = this.runBatch(batch);
     } catch (err) {
-      // BEGIN, COMMIT or the single write failed: nothing of this batch is durable.
+      // BEGIN, COMMIT or an error that ended the transaction: nothing of this batch is durable.
       const e = this.classifyWriteError(err);
       for (const w of batch) w.reject(e);
       return;
     }
-    batch.forEach((w, i) => {
+    for (let i = 0; i < batch.length; i++) {
       const r = results[i]!;
-      if (r.ok) w.resolve(r.value);
-      else w.reject(this.classifyWriteError(r.err));
-    });
+      if (r.ok) batch[i]!.resolve(r.value);
+      else batch[i]!.reject(this.classifyWriteError(r.err));
+    }
+  }
+
+  private runBatch(
+    batch: { fn: () => unknown }[],
+  ): ({ ok: true; value: unknown } | { ok: false; err: unknown })[] {
+    const db = this.conn();
+    const tx = this.txStatements();
+    tx.begin.run();
+    const values: unknown[] = new Array<unknown>(batch.length);
+    let failed: unknown = undefined;
+    let threw = false;
+    try {
+      for (let i = 0; i < batch.length; i++) values[i] = batch[i]!.fn();
+      this.flushEvents();
+    } catch (err) {
+      threw = true;
+      failed = err;
+      this.pendingEvents = [];
+    }
+    if (!threw) {
+      try {
+        tx.commit.run();
+      } catch (err) {
+        if (db.inTransaction) tx.rollback.run();
+        throw err;
+      }
+      return values.map((value) => ({ ok: true, value }));
+    }
+    // Some errors (I/O, disk full) end the whole transaction: then nothing can commit.
+    if (!db.inTransaction) throw failed;
+    tx.rollback.run();
+    if (batch.length === 1) return [{ ok: false, err: failed }];
+    // Again, each caller in its own savepoint.
+    const results: ({ ok: true; value: unknown } | { ok: false; err: unknown })[] = [];
+    tx.begin.run();
+    try {
+      for (const w of batch) {
+        tx.savepoint.run();
+        try {
+          const value = w.fn();
+          this.flushEvents();
+          tx.release.run();
+          results.push({ ok: true, value });
+        } catch (err) {
+          this.pendingEvents = [];
+          if (!db.inTransaction) throw err;
+          tx.rollbackTo.run();
+          tx.release.run();
+          results.push({ ok: false, err });
+        }
+      }
+      tx.commit.run();
+    } catch (err) {
+      if (db.inTransaction) tx.rollback.run();
+      throw err;
+    }
+    return results;
+  }
+
+  /** A read outside any transaction (WAL: it waits for no writer): does the query find a row? */
+  private exists(sql: string, args: unknown[]): boolean {
+    return this.stmt(sql).get(...args) !== undefined;
   }
 
   private read<T>(fn: () => T): Promise<T> {
@@ -314,10 +607,7 @@ export class SqliteStore implements Store {
   }
 
   private appendEvent(e: EventInsert & { fingerprint: string }, at: number): void {
-    this.stmt(
-      `INSERT INTO events (job_id, attempt_no, request_fingerprint, kind, from_state, to_state, actor, detail_json, at)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-    ).run(
+    this.event(
       e.jobId,
       e.attemptNo,
       e.fingerprint,
@@ -330,9 +620,90 @@ export class SqliteStore implements Store {
     );
   }
 
+  /**
+   * Appends one event (invariant 8), from its columns: the hot paths build no object for it.
+   * Only inside a write: the events of a batch are buffered, in order, and inserted by a few
+   * multi-row statements just before its COMMIT (or at the end of each caller's savepoint);
+   * nothing in a write transaction reads events back.
+   */
+  private event(
+    jobId: string,
+    attemptNo: number | null,
+    fingerprint: string,
+    kind: string,
+    fromState: string | null,
+    toState: string | null,
+    actor: string,
+    detailJson: string | null,
+    at: number,
+  ): void {
+    this.pendingEvents.push(
+      jobId,
+      attemptNo,
+      fingerprint,
+      kind,
+      fromState,
+      toState,
+      actor,
+      detailJson,
+      at,
+    );
+  }
+
+  private flushEvents(): void {
+    const values = this.pendingEvents;
+    if (values.length === 0) return;
+    this.pendingEvents = [];
+    let at = 0;
+    while (at < values.length) {
+      const left = (values.length - at) / EVENT_COLUMNS;
+      const rows = EVENT_INSERT_ROWS.find((n) => n <= left)!;
+      const end = at + rows * EVENT_COLUMNS;
+      this.stmt(eventInsertSql(rows)).run(
+        at === 0 && end === values.length ? values : values.slice(at, end),
+      );
+      at = end;
+    }
+  }
+
+  /**
+   * The lease fence's view of an attempt and its job, in one narrow read (no JSON parsed): the
+   * fields that `leaseHolds` and `assertFinishLegal` judge, plus the rowids to write by.
+   */
+  private fenceView(lease: LeaseRef): FenceView | undefined {
+    const r = this.rawStmt(
+      `SELECT a.rowid, a.state, a.lease_token, a.lease_expires_at, a.dispatched_at, a.request_fingerprint,
+              a.owner_id, j.rowid, j.state, j.attempt_count, j.next_check_at
+       FROM attempts a JOIN jobs j ON j.id = a.job_id
+       WHERE a.job_id = ? AND a.attempt_no = ?`,
+    ).get(lease.jobId, lease.attemptNo) as FenceRow | undefined;
+    if (!r) return undefined;
+    // Only the fields the shared rules read (see rules.ts): the rest of each record is not needed.
+    const job = {
+      id: lease.jobId,
+      state: r[8],
+      attemptCount: r[9],
+      nextCheckAt: r[10],
+      fingerprint: r[5],
+    } as JobRecord;
+    const attempt = {
+      jobId: lease.jobId,
+      attemptNo: lease.attemptNo,
+      state: r[1],
+      leaseToken: r[2],
+      leaseExpiresAt: r[3],
+      dispatchedAt: r[4],
+      ownerId: r[6],
+      fingerprint: r[5],
+    } as AttemptRecord;
+    return { job, attempt, jobRowid: r[7], attemptRowid: r[0] };
+  }
+
   /** Moves a job, setting the columns each target state needs. */
   private setJobState(
-    job: JobRecord,
+    /** The job's id, or its rowid when the caller has it (one index lookup fewer). */
+    jobKey: string | number,
+    currentNextCheckAt: number | null,
     to: JobState,
     now: number,
     extra: {
@@ -344,25 +715,16 @@ export class SqliteStore implements Store {
     },
   ): void {
     const terminal = to === 'SUCCEEDED' || to === 'FAILED' || to === 'CANCELLED';
-    this.stmt(
-      `UPDATE jobs SET state = ?, updated_at = ?,
-         run_at = coalesce(?, run_at),
-         next_check_at = ?,
-         lookup_failures = coalesce(?, lookup_failures),
-         result_json = coalesce(?, result_json),
-         error_json = coalesce(?, error_json),
-         finished_at = ?
-       WHERE id = ?`,
-    ).run(
+    this.stmt(typeof jobKey === 'number' ? SET_JOB_STATE_BY_ROWID : SET_JOB_STATE_BY_ID).run(
       to,
       now,
       extra.runAt ?? null,
-      to === 'UNKNOWN' ? (extra.nextCheckAt ?? job.nextCheckAt ?? now) : null,
+      to === 'UNKNOWN' ? (extra.nextCheckAt ?? currentNextCheckAt ?? now) : null,
       extra.lookupFailures ?? null,
       extra.resultJson ?? null,
       extra.errorJson ?? null,
       terminal ? now : null,
-      job.id,
+      jobKey,
     );
   }
 
@@ -381,11 +743,45 @@ export class SqliteStore implements Store {
       );
     return this.write(() => {
       const now = this.now();
+      const insert = this.stmt(
+        `INSERT INTO jobs (id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id, state,
+           priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'QUEUED', ?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (request_key) DO NOTHING`,
+      );
       const results: JobInsertResult[] = [];
+      // Jobs of one operation share one policy object: serialized once per batch.
+      let lastBackoff: unknown = undefined;
+      let backoffJson = '';
       for (const j of p.jobs) {
-        const existing = this.stmt('SELECT * FROM jobs WHERE request_key = ?').get(j.requestKey) as
-          JobRow | undefined;
-        if (existing) {
+        if (j.backoff !== lastBackoff) {
+          lastBackoff = j.backoff;
+          backoffJson = JSON.stringify(j.backoff);
+        }
+        const runAt = j.runAt ?? now + j.delayMs;
+        // A known request key inserts nothing (only that conflict is ignored: any other throws).
+        const inserted =
+          insert.run(
+            j.id,
+            j.queue,
+            j.operation,
+            j.inputJson,
+            j.requestKey,
+            j.fingerprint,
+            j.runId,
+            j.stepId,
+            j.priority,
+            runAt,
+            now,
+            now,
+            j.maxAttempts,
+            backoffJson,
+            j.timeoutMs,
+          ).changes === 1;
+        if (!inserted) {
+          const existing = this.stmt('SELECT * FROM jobs WHERE request_key = ?').get(
+            j.requestKey,
+          ) as JobRow;
           if (existing.request_fingerprint !== j.fingerprint) {
             // Throwing rolls the whole batch back: nothing is written (invariant 9).
             throw new RequestKeyConflict(
@@ -396,54 +792,49 @@ export class SqliteStore implements Store {
             );
           }
           const job = jobFromRow(existing);
-          this.appendEvent(
-            {
-              jobId: job.id,
-              attemptNo: null,
-              fingerprint: job.fingerprint,
-              kind: 'enqueue-deduplicated',
-              actor: p.actor,
-              detail: { requestKey: j.requestKey },
-            },
+          this.event(
+            job.id,
+            null,
+            job.fingerprint,
+            'enqueue-deduplicated',
+            null,
+            null,
+            p.actor,
+            JSON.stringify({ requestKey: j.requestKey }),
             now,
           );
           results.push({ job, created: false });
           continue;
         }
-        const runAt = j.runAt ?? now + j.delayMs;
-        this.stmt(
-          `INSERT INTO jobs (id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id, state,
-             priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'QUEUED', ?, ?, ?, ?, ?, ?, ?)`,
-        ).run(
-          j.id,
-          j.queue,
-          j.operation,
-          j.inputJson,
-          j.requestKey,
-          j.fingerprint,
-          j.runId,
-          j.stepId,
-          j.priority,
-          runAt,
-          now,
-          now,
-          j.maxAttempts,
-          JSON.stringify(j.backoff),
-          j.timeoutMs,
-        );
-        this.appendEvent(
-          {
-            jobId: j.id,
-            attemptNo: null,
+        this.event(j.id, null, j.fingerprint, 'enqueued', null, 'QUEUED', p.actor, null, now);
+        // The record as written, without reading it back.
+        results.push({
+          job: {
+            id: j.id,
+            queue: j.queue,
+            operation: j.operation,
+            input: JSON.parse(j.inputJson) as Json,
+            requestKey: j.requestKey,
             fingerprint: j.fingerprint,
-            kind: 'enqueued',
-            toState: 'QUEUED',
-            actor: p.actor,
+            runId: j.runId,
+            stepId: j.stepId,
+            state: 'QUEUED',
+            priority: j.priority,
+            runAt,
+            createdAt: now,
+            updatedAt: now,
+            finishedAt: null,
+            attemptCount: 0,
+            maxAttempts: j.maxAttempts,
+            backoff: JSON.parse(backoffJson) as BackoffPolicy,
+            timeoutMs: j.timeoutMs,
+            nextCheckAt: null,
+            lookupFailures: 0,
+            result: null,
+            error: null,
           },
-          now,
-        );
-        results.push({ job: this.getJob(j.id)!, created: true });
+          created: true,
+        });
       }
       return results;
     });
@@ -512,7 +903,7 @@ export class SqliteStore implements Store {
           t.expectAttemptNo,
         );
       }
-      this.setJobState(job, t.to, now, {
+      this.setJobState(job.id, job.nextCheckAt, t.to, now, {
         ...(t.to === 'QUEUED' ? { runAt: now + (t.delayMs ?? 0) } : {}),
         ...(t.to === 'UNKNOWN' && t.recheckDelayMs !== undefined
           ? { nextCheckAt: now + t.recheckDelayMs }
@@ -557,7 +948,7 @@ export class SqliteStore implements Store {
       const job = this.getJob(p.id);
       if (!job) return null;
       if (job.state === 'QUEUED') {
-        this.setJobState(job, 'CANCELLED', now, {
+        this.setJobState(job.id, job.nextCheckAt, 'CANCELLED', now, {
           errorJson: JSON.stringify({ name: 'Cancelled', message: p.reason }),
         });
         this.appendEvent(
@@ -582,7 +973,7 @@ export class SqliteStore implements Store {
           this.stmt(
             `UPDATE attempts SET state = 'FAILED_BEFORE_SEND', reason = 'cancelled', finished_at = ? WHERE job_id = ? AND attempt_no = ?`,
           ).run(now, job.id, attempt.attemptNo);
-          this.setJobState(job, 'CANCELLED', now, {
+          this.setJobState(job.id, job.nextCheckAt, 'CANCELLED', now, {
             errorJson: JSON.stringify({ name: 'Cancelled', message: p.reason }),
           });
           this.appendEvent(
@@ -616,20 +1007,32 @@ export class SqliteStore implements Store {
     holdMs: number;
   }): Promise<ClaimedAttempt[]> {
     if (p.operations.length === 0 || p.limit <= 0) return Promise.resolve([]);
+    const ops = inList(p.operations.length);
+    const due = `FROM jobs INDEXED BY jobs_reconcile
+      WHERE state = 'UNKNOWN' AND next_check_at <= ? AND operation IN (${ops})`;
+    // Nothing due: answered by a read, without taking the write lock (see attemptClaimMany).
+    if (this.writeQueue.length === 0) {
+      try {
+        if (!this.exists(`SELECT 1 ${due} LIMIT 1`, [this.now(), ...p.operations]))
+          return Promise.resolve([]);
+      } catch (err) {
+        return Promise.reject(this.classifyWriteError(err));
+      }
+    }
     return this.write(() => {
       const now = this.now();
-      const rows = this.conn()
-        .prepare(
-          `SELECT * FROM jobs WHERE state = 'UNKNOWN' AND next_check_at <= ?
-             AND operation IN (${p.operations.map(() => '?').join(',')})
-           ORDER BY next_check_at LIMIT ?`,
-        )
-        .all(now, ...p.operations, p.limit) as JobRow[];
+      const rows = this.stmt(`SELECT rowid AS _rowid, * ${due} ORDER BY next_check_at LIMIT ?`).all(
+        now,
+        ...p.operations,
+        p.limit,
+      ) as (JobRow & { _rowid: number })[];
+      const hold = this.stmt('UPDATE jobs SET next_check_at = ? WHERE rowid = ?');
       const out: ClaimedAttempt[] = [];
       for (const row of rows) {
         // Holding the check (not a lease: a lookup changes nothing) keeps other reconcilers off it.
-        this.stmt('UPDATE jobs SET next_check_at = ? WHERE id = ?').run(now + p.holdMs, row.id);
-        const job = this.getJob(row.id)!;
+        hold.run(now + p.holdMs, row._rowid);
+        row.next_check_at = now + p.holdMs;
+        const job = jobFromRow(row);
         const attempt = this.getAttempt(job.id, job.attemptCount);
         assert(attempt, `UNKNOWN job ${job.id} has its attempt ${job.attemptCount}`);
         out.push({ job, attempt });
@@ -649,82 +1052,132 @@ export class SqliteStore implements Store {
   }): Promise<ClaimedAttempt[]> {
     if (p.queues.length === 0 || p.operations.length === 0 || p.limit <= 0)
       return Promise.resolve([]);
+    // Nothing due: a read answers, and the write lock is not taken, so an idle worker (in this
+    // or another process) does not serialize the writers. Skipped while writes of this process
+    // are queued (an enqueue among them may be what this claim is for).
+    const queues = p.queues.length === 1 ? p.queues : [...new Set(p.queues)];
+    if (this.writeQueue.length === 0) {
+      try {
+        if (
+          !this.exists(claimProbeSql(queues.length, p.operations.length), [
+            ...queues,
+            this.now(),
+            ...p.operations,
+          ])
+        )
+          return Promise.resolve([]);
+      } catch (err) {
+        return Promise.reject(this.classifyWriteError(err));
+      }
+    }
     return this.write(() => {
       const now = this.now();
-      const rows = this.conn()
-        .prepare(
-          `SELECT * FROM jobs WHERE state = 'QUEUED' AND run_at <= ?
-             AND queue IN (${p.queues.map(() => '?').join(',')})
-             AND operation IN (${p.operations.map(() => '?').join(',')})
-           ORDER BY priority DESC, run_at, id LIMIT ?`,
-        )
-        .all(now, ...p.queues, ...p.operations, p.limit) as JobRow[];
-      const out: ClaimedAttempt[] = [];
-      for (const row of rows) {
-        const attemptNo = Number(row.attempt_count) + 1;
+      const leaseExpiresAt = now + p.leaseMs;
+      // One statement takes the jobs and returns them as updated (no read-back).
+      const rows = this.rawStmt(claimSql(queues.length, p.operations.length)).all(
+        claimArgs(now, queues, p.operations, p.limit),
+      ) as JobTuple[];
+      if (rows.length === 0) return [];
+      // RETURNING has no order: the claim order is priority DESC, run_at, id.
+      if (rows.length > 1) rows.sort(claimOrder);
+      const insertAttempt = this.stmt(
+        `INSERT INTO attempts (job_id, attempt_no, request_key, request_fingerprint, state, owner_id, lease_token, leased_at, lease_expires_at)
+         VALUES (?, ?, ?, ?, 'LEASED', ?, ?, ?, ?)`,
+      );
+      const detail = `{"leaseMs":${JSON.stringify(p.leaseMs)}}`;
+      const out: ClaimedAttempt[] = new Array<ClaimedAttempt>(rows.length);
+      for (let i = 0; i < rows.length; i++) {
+        const job = jobFromTuple(rows[i]!);
+        const attemptNo = job.attemptCount;
         const token = newLeaseToken();
-        this.stmt(
-          `UPDATE jobs SET state = 'LEASED', attempt_count = ?, updated_at = ?, next_check_at = NULL WHERE id = ? AND state = 'QUEUED'`,
-        ).run(attemptNo, now, row.id);
-        this.stmt(
-          `INSERT INTO attempts (job_id, attempt_no, request_key, request_fingerprint, state, owner_id, lease_token, leased_at, lease_expires_at)
-           VALUES (?, ?, ?, ?, 'LEASED', ?, ?, ?, ?)`,
-        ).run(
-          row.id,
+        insertAttempt.run(
+          job.id,
           attemptNo,
-          row.request_key,
-          row.request_fingerprint,
+          job.requestKey,
+          job.fingerprint,
           p.ownerId,
           token,
           now,
-          now + p.leaseMs,
+          leaseExpiresAt,
         );
-        this.appendEvent(
-          {
-            jobId: row.id,
-            attemptNo,
-            fingerprint: row.request_fingerprint,
-            kind: 'leased',
-            fromState: 'QUEUED',
-            toState: 'LEASED',
-            actor: p.ownerId,
-            detail: { leaseMs: p.leaseMs },
-          },
+        this.event(
+          job.id,
+          attemptNo,
+          job.fingerprint,
+          'leased',
+          'QUEUED',
+          'LEASED',
+          p.ownerId,
+          detail,
           now,
         );
-        out.push({ job: this.getJob(row.id)!, attempt: this.getAttempt(row.id, attemptNo)! });
+        out[i] = {
+          job,
+          attempt: {
+            jobId: job.id,
+            attemptNo,
+            requestKey: job.requestKey,
+            fingerprint: job.fingerprint,
+            state: 'LEASED',
+            ownerId: p.ownerId,
+            leaseToken: token,
+            leasedAt: now,
+            leaseExpiresAt,
+            dispatchedAt: null,
+            finishedAt: null,
+            result: null,
+            error: null,
+            reason: null,
+            resolution: null,
+            resolutionSource: null,
+            resolutionEvidence: null,
+            resolvedAt: null,
+          },
+        };
       }
       return out;
     });
   }
 
   attemptDispatchMany(p: { leases: LeaseRef[] }): Promise<DispatchMarkResult[]> {
+    if (p.leases.length === 0) return Promise.resolve([]);
     return this.write(() => {
       const now = this.now();
+      const mark = this.rawStmt(
+        // Every fence of invariant 3 in one conditional write: token, attempt LEASED and not
+        // expired on the store clock, no marker yet, and the job still on this attempt.
+        `UPDATE attempts SET dispatched_at = ?
+         WHERE job_id = ? AND attempt_no = ? AND lease_token = ? AND state = 'LEASED'
+           AND lease_expires_at > ? AND dispatched_at IS NULL
+           AND EXISTS (SELECT 1 FROM jobs WHERE id = ? AND state = 'LEASED' AND attempt_count = ?)
+         RETURNING lease_expires_at, owner_id, request_fingerprint`,
+      );
       return p.leases.map((lease): DispatchMarkResult => {
-        const job = this.getJob(lease.jobId);
-        const attempt = this.getAttempt(lease.jobId, lease.attemptNo);
-        if (!leaseHolds(job, attempt, lease) || !attempt || !job)
-          return { ok: false, reason: 'lease-lost' };
-        if (attempt.leaseExpiresAt <= now) return { ok: false, reason: 'lease-expired' };
-        assert(
-          attempt.dispatchedAt === null,
-          `job ${job.id} attempt ${attempt.attemptNo} dispatched twice`,
-        );
-        this.stmt(
-          'UPDATE attempts SET dispatched_at = ? WHERE job_id = ? AND attempt_no = ? AND lease_token = ?',
-        ).run(now, lease.jobId, lease.attemptNo, lease.leaseToken);
-        this.appendEvent(
-          {
-            jobId: job.id,
-            attemptNo: attempt.attemptNo,
-            fingerprint: job.fingerprint,
-            kind: 'dispatched',
-            actor: attempt.ownerId,
-          },
+        const r = mark.get(
           now,
+          lease.jobId,
+          lease.attemptNo,
+          lease.leaseToken,
+          now,
+          lease.jobId,
+          lease.attemptNo,
+        ) as [leaseExpiresAt: number, ownerId: string, fingerprint: string] | undefined;
+        if (r) {
+          this.event(lease.jobId, lease.attemptNo, r[2], 'dispatched', null, null, r[1], null, now);
+          return { ok: true, dispatchedAt: now, leaseExpiresAt: r[0] };
+        }
+        // It did not apply: say why, judged as before by the shared rules.
+        const v = this.fenceView(lease);
+        if (!v || !leaseHolds(v.job, v.attempt, lease)) return { ok: false, reason: 'lease-lost' };
+        if (v.attempt.leaseExpiresAt <= now) return { ok: false, reason: 'lease-expired' };
+        assert(
+          v.attempt.dispatchedAt === null,
+          `job ${lease.jobId} attempt ${lease.attemptNo} dispatched twice`,
         );
-        return { ok: true, dispatchedAt: now, leaseExpiresAt: attempt.leaseExpiresAt };
+        assert(
+          false,
+          `job ${lease.jobId} attempt ${lease.attemptNo}: its fence holds but its marker did not apply`,
+        );
       });
     });
   }
@@ -733,55 +1186,109 @@ export class SqliteStore implements Store {
     if (p.leases.length === 0) return Promise.resolve([]);
     return this.write(() => {
       const now = this.now();
+      const extend = this.stmt(
+        `UPDATE attempts SET lease_expires_at = ?
+         WHERE job_id = ? AND attempt_no = ? AND lease_token = ? AND state = 'LEASED' AND lease_expires_at > ?`,
+      );
+      const expiresAt = now + p.leaseMs;
       return p.leases.map((lease): HeartbeatResult => {
-        const r = this.stmt(
-          `UPDATE attempts SET lease_expires_at = ?
-           WHERE job_id = ? AND attempt_no = ? AND lease_token = ? AND state = 'LEASED' AND lease_expires_at > ?`,
-        ).run(now + p.leaseMs, lease.jobId, lease.attemptNo, lease.leaseToken, now);
+        const r = extend.run(expiresAt, lease.jobId, lease.attemptNo, lease.leaseToken, now);
         return r.changes === 1
-          ? { lease, ok: true, leaseExpiresAt: now + p.leaseMs }
+          ? { lease, ok: true, leaseExpiresAt: expiresAt }
           : { lease, ok: false, leaseExpiresAt: null };
       });
     });
   }
 
   attemptFinishMany(p: { finishes: AttemptFinish[] }): Promise<boolean[]> {
+    if (p.finishes.length === 0) return Promise.resolve([]);
     return this.write(() => {
       const now = this.now();
       return p.finishes.map((f) => {
-        const job = this.getJob(f.lease.jobId);
-        const attempt = this.getAttempt(f.lease.jobId, f.lease.attemptNo);
-        if (!leaseHolds(job, attempt, f.lease) || !job || !attempt) return false;
-        assertFinishLegal(job, attempt, f);
-        this.finishAttempt(job, attempt, f, now);
+        if (f.state !== 'UNKNOWN') return this.finishFenced(f, now);
+        // UNKNOWN needs a marker (a CHECK too): judged before writing, so that a broken
+        // invariant is reported as such rather than as a constraint error.
+        const v = this.fenceView(f.lease);
+        if (!v || !leaseHolds(v.job, v.attempt, f.lease)) return false;
+        assertFinishLegal(v.job, v.attempt, f);
+        this.finishAttempt(v, f, now);
         return true;
       });
     });
   }
 
-  private finishAttempt(
+  /**
+   * An outcome in one conditional write, fenced exactly as `leaseHolds` (token, attempt LEASED,
+   * job LEASED on this attempt); then the same legality checks as before. A check that throws
+   * rolls this write back with the rest of its caller's (see `flushWrites`).
+   */
+  private finishFenced(f: AttemptFinish, now: number): boolean {
+    const { lease } = f;
+    const errorJson = jsonOrNull(f.error);
+    const r = this.rawStmt(
+      `UPDATE attempts SET state = ?, finished_at = ?, result_json = ?, error_json = ?, reason = ?
+       WHERE job_id = ? AND attempt_no = ? AND lease_token = ? AND state = 'LEASED'
+         AND EXISTS (SELECT 1 FROM jobs WHERE id = ? AND state = 'LEASED' AND attempt_count = ?)
+       RETURNING dispatched_at, request_fingerprint`,
+    ).get(
+      f.state,
+      now,
+      f.resultJson,
+      errorJson,
+      f.reason,
+      lease.jobId,
+      lease.attemptNo,
+      lease.leaseToken,
+      lease.jobId,
+      lease.attemptNo,
+    ) as [dispatchedAt: number | null, fingerprint: string] | undefined;
+    if (!r) return false;
+    // As the fence saw them before this write (see `fenceView`).
+    const job = {
+      id: lease.jobId,
+      state: 'LEASED',
+      attemptCount: lease.attemptNo,
+      nextCheckAt: null,
+      fingerprint: r[1],
+    } as JobRecord;
+    const attempt = {
+      jobId: lease.jobId,
+      attemptNo: lease.attemptNo,
+      state: 'LEASED',
+      leaseToken: lease.leaseToken,
+      dispatchedAt: r[0],
+      fingerprint: r[1],
+    } as AttemptRecord;
+    assertFinishLegal(job, attempt, f);
+    this.endJob(lease.jobId, job, attempt, f, f.resultJson, f.error, errorJson, now);
+    return true;
+  }
+
+  private finishAttempt(v: FenceView, f: AttemptFinish | AttemptExpire, now: number): void {
+    const resultJson = 'resultJson' in f ? f.resultJson : null;
+    const error = 'error' in f ? f.error : null;
+    const errorJson = jsonOrNull(error);
+    // The fence was read in this transaction: the rows are written by rowid.
+    this.stmt(
+      `UPDATE attempts SET state = ?, finished_at = ?, result_json = ?, error_json = ?, reason = ?
+       WHERE rowid = ? AND lease_token = ? AND state = 'LEASED'`,
+    ).run(f.state, now, resultJson, errorJson, f.reason, v.attemptRowid, v.attempt.leaseToken);
+    this.endJob(v.jobRowid, v.job, v.attempt, f, resultJson, error, errorJson, now);
+  }
+
+  /** The job side of an ended attempt, and its event. */
+  private endJob(
+    jobKey: string | number,
     job: JobRecord,
     attempt: AttemptRecord,
     f: AttemptFinish | AttemptExpire,
+    resultJson: string | null,
+    error: ErrorInfo | null,
+    errorJson: string | null,
     now: number,
   ): void {
-    const resultJson = 'resultJson' in f ? f.resultJson : null;
-    const error = 'error' in f ? f.error : null;
-    this.stmt(
-      `UPDATE attempts SET state = ?, finished_at = ?, result_json = ?, error_json = ?, reason = ?
-       WHERE job_id = ? AND attempt_no = ? AND lease_token = ? AND state = 'LEASED'`,
-    ).run(
-      f.state,
-      now,
-      resultJson,
-      jsonOrNull(error),
-      f.reason,
-      job.id,
-      attempt.attemptNo,
-      attempt.leaseToken,
-    );
     const next = f.job;
-    this.setJobState(job, next.to, now, {
+    this.setJobState(jobKey, job.nextCheckAt, next.to, now, {
       ...(next.to === 'QUEUED' ? { runAt: now + (next.delayMs ?? 0) } : {}),
       ...(next.to === 'UNKNOWN'
         ? {
@@ -790,24 +1297,25 @@ export class SqliteStore implements Store {
           }
         : {}),
       resultJson: next.to === 'SUCCEEDED' ? resultJson : null,
-      errorJson: next.to === 'FAILED' || next.to === 'NEEDS_REVIEW' ? jsonOrNull(error) : null,
+      errorJson: next.to === 'FAILED' || next.to === 'NEEDS_REVIEW' ? errorJson : null,
     });
-    this.appendEvent(
-      {
-        jobId: job.id,
-        attemptNo: attempt.attemptNo,
-        fingerprint: job.fingerprint,
-        kind: `attempt-${f.state.toLowerCase().replaceAll('_', '-')}`,
-        fromState: 'LEASED',
-        toState: next.to,
-        actor: f.actor,
-        detail: {
-          attemptState: f.state,
-          ...(f.reason ? { reason: f.reason } : {}),
-          ...(error ? { error } : {}),
-          ...(next.delayMs !== undefined ? { retryInMs: next.delayMs } : {}),
-        },
-      },
+    this.event(
+      job.id,
+      attempt.attemptNo,
+      job.fingerprint,
+      attemptEventKind(f.state),
+      'LEASED',
+      next.to,
+      f.actor,
+      // The same object as before, serialized by hand when it has only the constant part.
+      f.reason || error || next.delayMs !== undefined
+        ? JSON.stringify({
+            attemptState: f.state,
+            ...(f.reason ? { reason: f.reason } : {}),
+            ...(error ? { error } : {}),
+            ...(next.delayMs !== undefined ? { retryInMs: next.delayMs } : {}),
+          })
+        : `{"attemptState":"${f.state}"}`,
       now,
     );
   }
@@ -823,20 +1331,21 @@ export class SqliteStore implements Store {
   }
 
   attemptExpireMany(p: { expiries: AttemptExpire[]; skewMs: number }): Promise<boolean[]> {
+    if (p.expiries.length === 0) return Promise.resolve([]);
     return this.write(() => {
       const now = this.now();
       return p.expiries.map((e) => {
-        const job = this.getJob(e.lease.jobId);
-        const attempt = this.getAttempt(e.lease.jobId, e.lease.attemptNo);
+        const v = this.fenceView(e.lease);
         // Re-checked inside the write: a second reclaimer, or a late heartbeat, finds nothing to do.
-        if (!leaseHolds(job, attempt, e.lease) || !job || !attempt) return false;
+        if (!v || !leaseHolds(v.job, v.attempt, e.lease)) return false;
+        const { job, attempt } = v;
         if (attempt.leaseExpiresAt + p.skewMs >= now) return false;
         assert(
           (attempt.dispatchedAt === null) === (e.state === 'FAILED_BEFORE_SEND'),
           `expiry of job ${job.id} attempt ${attempt.attemptNo} misread its dispatch marker`,
         );
         assertFinishLegal(job, attempt, { ...e, resultJson: null, error: null });
-        this.finishAttempt(job, attempt, e, now);
+        this.finishAttempt(v, e, now);
         return true;
       });
     });
@@ -847,10 +1356,11 @@ export class SqliteStore implements Store {
   eventAppendMany(p: { events: EventInsert[] }): Promise<void> {
     return this.write(() => {
       const now = this.now();
+      const fingerprintOf = this.stmt('SELECT request_fingerprint FROM jobs WHERE id = ?').pluck();
       for (const e of p.events) {
-        const job = this.getJob(e.jobId);
-        if (!job) continue;
-        this.appendEvent({ ...e, fingerprint: job.fingerprint }, now);
+        const fingerprint = fingerprintOf.get(e.jobId) as string | undefined;
+        if (fingerprint === undefined) continue;
+        this.appendEvent({ ...e, fingerprint }, now);
       }
     });
   }
