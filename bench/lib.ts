@@ -70,18 +70,80 @@ export function tolerateTeardownTermination(): void {
   });
 }
 
-/** Drops databases an interrupted earlier run left behind. */
+/**
+ * Drops databases an interrupted earlier run left behind: `bench_` databases nobody is connected
+ * to. One in use belongs to a bench running now (another checkout on this host) and is left alone.
+ */
 export async function dropLeftoverDatabases(): Promise<void> {
   const c = new pg.Client({ connectionString: pgUrl('postgres') });
   await c.connect();
   try {
     const r = await c.query<{ datname: string }>(
-      `SELECT datname FROM pg_database WHERE datname LIKE 'bench\\_%'`,
+      `SELECT d.datname FROM pg_database d
+       WHERE d.datname LIKE 'bench\\_%'
+         AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datname = d.datname)`,
     );
-    for (const row of r.rows) await c.query(`DROP DATABASE IF EXISTS ${row.datname} WITH (FORCE)`);
+    for (const row of r.rows) await c.query(`DROP DATABASE IF EXISTS ${row.datname}`);
   } finally {
     await c.end();
   }
+}
+
+/** A column of a table, for copying rows in bulk. */
+interface Column {
+  name: string;
+  /** Identity, generated or serial: the database fills it in. */
+  filled: boolean;
+}
+
+export function quoteIdent(name: string): string {
+  return `"${name.replace(/"/g, '""')}"`;
+}
+
+async function tableColumns(c: pg.ClientBase, schema: string, table: string): Promise<Column[]> {
+  const r = await c.query<{ column_name: string; filled: boolean }>(
+    `SELECT column_name,
+       (is_identity = 'YES' OR is_generated = 'ALWAYS' OR coalesce(column_default, '') LIKE 'nextval(%') AS filled
+     FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2
+     ORDER BY ordinal_position`,
+    [schema, table],
+  );
+  if (r.rows.length === 0) throw new Error(`bench: no table ${schema}.${table}`);
+  return r.rows.map((row) => ({ name: row.column_name, filled: row.filled }));
+}
+
+/**
+ * The column list and SELECT list that copy a template row (alias `alias`) into `schema.table`:
+ * every column the database does not fill in itself, from the template unless `overrides` gives
+ * an SQL expression for it. Read from the catalog, so a column added by a later migration is
+ * copied too.
+ */
+export async function copyLists(
+  c: pg.ClientBase,
+  schema: string,
+  table: string,
+  alias: string,
+  overrides: Record<string, string>,
+): Promise<{ columns: string; values: string }> {
+  const cols = (await tableColumns(c, schema, table)).filter(
+    (col) => !col.filled || overrides[col.name] !== undefined,
+  );
+  for (const k of Object.keys(overrides))
+    if (!cols.some((col) => col.name === k)) throw new Error(`bench: ${table} has no column ${k}`);
+  return {
+    columns: cols.map((col) => quoteIdent(col.name)).join(', '),
+    values: cols.map((col) => overrides[col.name] ?? `${alias}.${quoteIdent(col.name)}`).join(', '),
+  };
+}
+
+/** Runs `fn(lo, hi)` over [from, to] in chunks of `chunk`. */
+export async function inChunks(
+  from: number,
+  to: number,
+  chunk: number,
+  fn: (lo: number, hi: number) => Promise<void>,
+): Promise<void> {
+  for (let lo = from; lo <= to; lo += chunk) await fn(lo, Math.min(to, lo + chunk - 1));
 }
 
 export function median(xs: number[]): number {

@@ -7,17 +7,15 @@
  *                    [--systems reckon-sqlite,reckon-pg,pg-boss,graphile-worker,bullmq]
  *                    [--workloads enqueue-1by1,enqueue-32,…] [--enqueue-jobs N]
  *                    [--process-jobs N] [--latency-jobs N]
+ *                    [--claim-waiting N] [--claim-waiting-small N] [--claim-samples N]
+ *                    [--memory-waiting N] [--memory-ms N]
  *
  * Loopback only: PostgreSQL at 127.0.0.1:5432 (user postgres), Redis at 127.0.0.1:6379 db 9.
  */
 import { writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { dropLeftoverDatabases, median, tolerateTeardownTermination } from './lib.js';
-import { BullMqSystem } from './systems/bullmq.js';
-import { GraphileSystem } from './systems/graphile.js';
-import { PgBossSystem } from './systems/pgboss.js';
-import { ReckonSystem } from './systems/reckon.js';
-import type { BenchSystem } from './systems/system.js';
+import { ALL_SYSTEMS } from './systems/all.js';
 import { WORKLOADS, type Metrics, type Sizes } from './workloads.js';
 
 interface Args {
@@ -30,6 +28,11 @@ interface Args {
   enqueueJobs?: number;
   processJobs?: number;
   latencyJobs?: number;
+  claimWaiting?: number;
+  claimWaitingSmall?: number;
+  claimSamples?: number;
+  memoryWaiting?: number;
+  memoryMs?: number;
 }
 
 function parseArgs(argv: string[]): Args {
@@ -52,18 +55,15 @@ function parseArgs(argv: string[]): Args {
     else if (name === '--enqueue-jobs') a.enqueueJobs = int();
     else if (name === '--process-jobs') a.processJobs = int();
     else if (name === '--latency-jobs') a.latencyJobs = int();
+    else if (name === '--claim-waiting') a.claimWaiting = int();
+    else if (name === '--claim-waiting-small') a.claimWaitingSmall = int();
+    else if (name === '--claim-samples') a.claimSamples = int();
+    else if (name === '--memory-waiting') a.memoryWaiting = int();
+    else if (name === '--memory-ms') a.memoryMs = int();
     else throw new Error(`unknown flag ${flag}`);
   }
   return a;
 }
-
-const ALL_SYSTEMS: Record<string, () => BenchSystem> = {
-  'reckon-sqlite': () => new ReckonSystem('sqlite'),
-  'reckon-pg': () => new ReckonSystem('postgres'),
-  'pg-boss': () => new PgBossSystem(),
-  'graphile-worker': () => new GraphileSystem(),
-  bullmq: () => new BullMqSystem(),
-};
 
 type Results = Record<string, Record<string, Metrics[]>>;
 
@@ -74,6 +74,13 @@ async function main(): Promise<void> {
     processJobs: args.processJobs ?? (args.quick ? 5_000 : 100_000),
     latencyJobs: args.latencyJobs ?? (args.quick ? 400 : 4_000),
     latencyRatePerSec: 200,
+    // --quick: sizes that load in seconds; the workload names keep saying 10k / 1m.
+    claimWaitingSmall: args.claimWaitingSmall ?? (args.quick ? 1_000 : 10_000),
+    claimWaitingLarge: args.claimWaiting ?? (args.quick ? 50_000 : 1_000_000),
+    claimSamples: args.claimSamples ?? (args.quick ? 50 : 200),
+    claimWarmup: 10,
+    memoryWaiting: args.memoryWaiting ?? (args.quick ? 50_000 : 1_000_000),
+    memoryMs: args.memoryMs ?? (args.quick ? 2_000 : 5_000),
   };
   const rounds = args.rounds ?? (args.quick ? 1 : 3);
   const systemNames = args.systems ?? Object.keys(ALL_SYSTEMS);
@@ -119,6 +126,7 @@ async function main(): Promise<void> {
     command: `npm run bench -- ${process.argv.slice(2).join(' ')}`.trim(),
     medians: summary.medians,
     ratios: summary.ratios,
+    claimScaling: summary.claimScaling,
     raw: results,
   };
   if (args.out) writeFileSync(args.out, JSON.stringify(report, null, 2));
@@ -132,7 +140,7 @@ function fmt(m: Metrics): string {
     .join(' ');
 }
 
-const LOWER_IS_BETTER = (workload: string) => workload.startsWith('latency');
+const LOWER_IS_BETTER = (workload: string) => /^(latency|claim|memory)/.test(workload);
 
 function summarize(results: Results, workloads: { name: string }[]) {
   const medians: Record<string, Record<string, Metrics>> = {};
@@ -154,7 +162,13 @@ function summarize(results: Results, workloads: { name: string }[]) {
       }
     }
   }
-  return { medians, ratios };
+  // The issue's target: claim latency with 1M waiting within 1.25× of 10k (p50 and p99).
+  const claimScaling: Record<string, { p50: number; p99: number }> = {};
+  for (const [sys, big] of Object.entries(medians['claim-1m'] ?? {})) {
+    const small = medians['claim-10k']?.[sys];
+    if (small) claimScaling[sys] = { p50: big.p50! / small.p50!, p99: big.p99! / small.p99! };
+  }
+  return { medians, ratios, claimScaling };
 }
 
 function printSummary(
@@ -168,7 +182,13 @@ function printSummary(
     console.log(`  ${w.name} (${w.unit})`);
     for (const [sys, v] of Object.entries(m)) console.log(`    ${sys.padEnd(16)} ${fmt(v)}`);
   }
-  console.log('\nreckon ÷ peer (>1: reckon better; latency: peer ÷ reckon)');
+  const scaling = Object.entries(s.claimScaling);
+  if (scaling.length > 0) {
+    console.log('\nclaim latency, 1M waiting ÷ 10k waiting (target for reckon: ≤ 1.25×)');
+    for (const [sys, r] of scaling)
+      console.log(`    ${sys.padEnd(16)} p50 ${r.p50.toFixed(2)}×  p99 ${r.p99.toFixed(2)}×`);
+  }
+  console.log('\nreckon ÷ peer (>1: reckon better; latency, claim, memory: peer ÷ reckon)');
   for (const w of workloads) {
     const r = s.ratios[w.name];
     if (!r) continue;

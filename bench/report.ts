@@ -12,6 +12,7 @@ interface Report {
   command: string;
   medians: Record<string, Record<string, Record<string, number>>>;
   ratios: Record<string, Record<string, Record<string, number>>>;
+  claimScaling?: Record<string, { p50: number; p99: number }>;
 }
 
 const r = JSON.parse(readFileSync(process.argv[2]!, 'utf8')) as Report;
@@ -37,6 +38,8 @@ for (const [w, bySys] of Object.entries(r.medians)) {
   const cell = (s: string) => {
     const m = bySys[s];
     if (!m) return '—';
+    if (w.startsWith('claim')) return `${fmt(m.p50)} / ${fmt(m.p99)}`;
+    if (w.startsWith('memory')) return `${fmt(m.rssMB)} (heap ${fmt(m.heapUsedMB)})`;
     if (w.startsWith('latency'))
       return (
         `${fmt(m.pickupP50)} / ${fmt(m.pickupP99)}` +
@@ -47,7 +50,25 @@ for (const [w, bySys] of Object.entries(r.medians)) {
   out.push(`| ${w} | ${systems.map(cell).join(' | ')} |`);
 }
 out.push('');
-out.push('Ratios, reckon ÷ peer (> 1: reckon better; for latency, peer ÷ reckon at p50):');
+out.push(
+  'Latency and claim cells: p50 / p99 in ms; memory: worker RSS in MB (V8 heap used in MB).',
+);
+out.push('');
+const scaling = Object.entries(r.claimScaling ?? {});
+if (scaling.length > 0) {
+  out.push('Claim latency, 1M waiting ÷ 10k waiting (target for reckon: ≤ 1.25×):');
+  out.push('');
+  out.push(`| | ${systems.join(' | ')} |`);
+  out.push(`|---|${systems.map(() => '---:').join('|')}|`);
+  for (const k of ['p50', 'p99'] as const)
+    out.push(
+      `| ${k} | ${systems.map((s) => (r.claimScaling?.[s] ? `${r.claimScaling[s][k].toFixed(2)}×` : '—')).join(' | ')} |`,
+    );
+  out.push('');
+}
+out.push(
+  'Ratios, reckon ÷ peer (> 1: reckon better; for latency, claim and memory, peer ÷ reckon at p50 / RSS):',
+);
 out.push('');
 const peers = systems.filter((s) => !s.startsWith('reckon'));
 out.push(`| workload | reckon store | ${peers.join(' | ')} |`);
@@ -60,12 +81,14 @@ for (const [w, byR] of Object.entries(r.ratios))
 out.push('');
 // Mermaid xychart bars overlap rather than group, so each chart has one series: reckon's ratio
 // to the fastest peer it is compared with (all peers for SQLite; PostgreSQL peers for reckon-pg).
-const tp = Object.keys(r.medians).filter((w) => !w.startsWith('latency'));
+const tp = Object.keys(r.medians).filter((w) => /^(enqueue|process)/.test(w));
 const PG_PEERS = ['pg-boss', 'graphile-worker'];
-for (const [rs, against] of [
-  ['reckon-sqlite', peers],
-  ['reckon-pg', PG_PEERS],
-] as const) {
+for (const [rs, against] of tp.length === 0
+  ? []
+  : ([
+      ['reckon-sqlite', peers],
+      ['reckon-pg', PG_PEERS],
+    ] as const)) {
   const ratios = tp.map((w) => {
     const mine = r.medians[w]?.[rs]?.value ?? 0;
     const best = Math.max(...against.map((p) => r.medians[w]?.[p]?.value ?? 0));

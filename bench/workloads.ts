@@ -13,6 +13,15 @@ export interface Sizes {
   processJobs: number;
   latencyJobs: number;
   latencyRatePerSec: number;
+  /** Jobs waiting in claim-10k and claim-1m. */
+  claimWaitingSmall: number;
+  claimWaitingLarge: number;
+  /** Timed single claims per run (after `claimWarmup` untimed ones). */
+  claimSamples: number;
+  claimWarmup: number;
+  /** Jobs waiting in memory-1m, and how long its worker runs before it is measured. */
+  memoryWaiting: number;
+  memoryMs: number;
 }
 
 export type Metrics = Record<string, number>;
@@ -207,6 +216,81 @@ const latencyCrossProcess: Workload = {
   },
 };
 
+/**
+ * Claim latency with `waiting` jobs queued: bulk-load them (BenchSystem.bulkLoad, untimed), then
+ * time `claimSamples` single claims in a row, each the system's own take-one-job call on an
+ * otherwise idle system (Claimer.claimOne), from the call until its result is back (committed,
+ * where the system commits). The first `claimWarmup` claims are not counted.
+ */
+function claimLatency(name: string, waiting: (z: Sizes) => number): Workload {
+  return {
+    name,
+    unit: 'ms (claim p50)',
+    async run(s, z) {
+      const n = waiting(z);
+      const t0 = performance.now();
+      await s.bulkLoad(n);
+      const loadS = (performance.now() - t0) / 1000;
+      const pending = await s.pending();
+      if (pending !== n) throw new Error(`bench: ${s.name} has ${pending} jobs waiting, not ${n}`);
+      const claimer = await s.claimer();
+      const ms: number[] = [];
+      try {
+        for (let i = 0; i < z.claimWarmup + z.claimSamples; i++) {
+          const t = performance.now();
+          const got = await claimer.claimOne();
+          const dt = performance.now() - t;
+          if (got !== 1) throw new Error(`bench: ${s.name} claimed ${got} jobs, not 1`);
+          if (i >= z.claimWarmup) ms.push(dt);
+        }
+      } finally {
+        await claimer.close();
+      }
+      return {
+        value: percentile(ms, 50),
+        p50: percentile(ms, 50),
+        p99: percentile(ms, 99),
+        max: Math.max(...ms),
+        waiting: n,
+        loadS,
+      };
+    },
+  };
+}
+
+/**
+ * Worker memory with `memoryWaiting` jobs queued: bulk-load them, start one worker process of
+ * the system (bench/child-memory.ts: concurrency 10, the processing workloads' settings), let it
+ * process for `memoryMs` after its first job started, then read its RSS and V8 heap.
+ */
+const memory: Workload = {
+  name: 'memory-1m',
+  unit: 'MB (worker RSS)',
+  async run(s, z) {
+    await s.bulkLoad(z.memoryWaiting);
+    const child = fork(
+      fileURLToPath(new URL('./child-memory.ts', import.meta.url)),
+      [s.name, s.target, '10', String(z.memoryMs)],
+      { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] },
+    );
+    let report: Metrics | undefined;
+    let exited = false;
+    child.on('message', (m: { report?: Metrics }) => {
+      if (m.report) report = m.report;
+    });
+    child.on('exit', () => (exited = true));
+    await waitUntil(
+      () => report !== undefined || exited,
+      120_000 + z.memoryMs,
+      `${s.name}'s worker process to report`,
+      50,
+    );
+    await waitUntil(() => exited, 30_000, `${s.name}'s worker process to exit`, 50);
+    if (!report) throw new Error(`bench: ${s.name}'s worker process exited without a report`);
+    return { value: report.rssMB!, ...report, waiting: z.memoryWaiting };
+  },
+};
+
 export const WORKLOADS: Workload[] = [
   enqueueSerial,
   enqueue32,
@@ -215,4 +299,7 @@ export const WORKLOADS: Workload[] = [
   processing(50),
   latency,
   latencyCrossProcess,
+  claimLatency('claim-10k', (z) => z.claimWaitingSmall),
+  claimLatency('claim-1m', (z) => z.claimWaitingLarge),
+  memory,
 ];

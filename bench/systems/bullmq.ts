@@ -3,9 +3,10 @@
  * jobs as its docs recommend for throughput.
  */
 import { Queue, Worker } from 'bullmq';
+import { Redis } from 'ioredis';
 import { randomBytes } from 'node:crypto';
-import { REDIS_HOST, REDIS_PORT } from '../lib.js';
-import type { BenchSystem, Payload, Running, WorkOptions } from './system.js';
+import { inFlight, REDIS_HOST, REDIS_PORT } from '../lib.js';
+import type { BenchSystem, Claimer, Payload, Running, WorkOptions } from './system.js';
 
 /** Redis db 9 is the bench's own; each run uses a fresh queue name and obliterates it after. */
 const REDIS_DB = Number(process.env.BENCH_REDIS_DB ?? 9);
@@ -17,9 +18,15 @@ export class BullMqSystem implements BenchSystem {
   private queue: Queue | undefined;
   private name_ = '';
   private readonly connection = { host: REDIS_HOST, port: REDIS_PORT, db: REDIS_DB };
+  private owned = false;
 
   async open(): Promise<void> {
-    this.name_ = `bench-${randomBytes(4).toString('hex')}`;
+    this.owned = true;
+    await this.attach(`bench-${randomBytes(4).toString('hex')}`);
+  }
+
+  async attach(target: string): Promise<void> {
+    this.name_ = target;
     this.queue = new Queue(this.name_, {
       connection: this.connection,
       defaultJobOptions: { removeOnComplete: true, removeOnFail: true },
@@ -27,11 +34,24 @@ export class BullMqSystem implements BenchSystem {
     await this.queue.waitUntilReady();
   }
 
+  get target(): string {
+    return this.name_;
+  }
+
   async close(): Promise<void> {
-    if (this.queue) {
-      await this.queue.obliterate({ force: true });
-      await this.queue.close();
+    if (this.queue && this.owned) {
+      // obliterate() walks a million jobs in small steps; the queue's keys are all its own.
+      const client = new Redis(this.connection);
+      const pattern = `${this.queue.opts.prefix ?? 'bull'}:${this.name_}:*`;
+      let cursor = '0';
+      do {
+        const [next, keys] = await client.scan(cursor, 'MATCH', pattern, 'COUNT', 10_000);
+        cursor = next;
+        if (keys.length > 0) await client.unlink(...keys);
+      } while (cursor !== '0');
+      await client.quit();
     }
+    await this.queue?.close();
     this.queue = undefined;
   }
 
@@ -46,6 +66,33 @@ export class BullMqSystem implements BenchSystem {
 
   async enqueueMany(ps: Payload[]): Promise<void> {
     await this.q.addBulk(ps.map((data) => ({ name: 'noop', data })));
+  }
+
+  /** addBulk, the way to add many jobs, in calls of 5,000, four in flight. */
+  async bulkLoad(n: number): Promise<void> {
+    const sentAt = Date.now();
+    const chunk = 5_000;
+    await inFlight(Math.ceil(n / chunk), 4, async (k) => {
+      const jobs = [];
+      for (let i = k * chunk; i < Math.min(n, (k + 1) * chunk); i++)
+        jobs.push({ name: 'noop', data: { seq: i, sentAt } });
+      await this.q.addBulk(jobs);
+    });
+  }
+
+  /** A Worker without a processor, taking one job with getNextJob (no blocking wait). */
+  async claimer(): Promise<Claimer> {
+    const worker = new Worker<Payload>(this.name_, undefined, {
+      connection: this.connection,
+      autorun: false,
+    });
+    await worker.waitUntilReady();
+    let n = 0;
+    return {
+      claimOne: async () =>
+        (await worker.getNextJob(`bench-claimer-${n++}`, { block: false })) ? 1 : 0,
+      close: () => worker.close(true),
+    };
   }
 
   async work(o: WorkOptions): Promise<Running> {

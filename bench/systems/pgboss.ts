@@ -4,8 +4,8 @@
  */
 import { PgBoss } from 'pg-boss';
 import pg from 'pg';
-import { createDatabase, dropDatabase, pgUrl } from '../lib.js';
-import type { BenchSystem, Payload, Running, WorkOptions } from './system.js';
+import { copyLists, createDatabase, dropDatabase, inChunks, pgUrl, quoteIdent } from '../lib.js';
+import type { BenchSystem, Claimer, Payload, Running, WorkOptions } from './system.js';
 
 const QUEUE = 'bench';
 const BATCH = 100;
@@ -17,9 +17,24 @@ export class PgBossSystem implements BenchSystem {
   private boss: PgBoss | undefined;
   private db: string | undefined;
   private probe: pg.Client | undefined;
+  private owned = false;
 
   async open(): Promise<void> {
-    this.db = await createDatabase('pgboss');
+    this.owned = true;
+    await this.connect(await createDatabase('pgboss'));
+    await this.b.createQueue(QUEUE, { notify: true });
+  }
+
+  attach(target: string): Promise<void> {
+    return this.connect(target);
+  }
+
+  get target(): string {
+    return this.db ?? '';
+  }
+
+  private async connect(db: string): Promise<void> {
+    this.db = db;
     this.boss = new PgBoss({
       connectionString: pgUrl(this.db),
       useListenNotify: true,
@@ -30,7 +45,6 @@ export class PgBossSystem implements BenchSystem {
       if (err.code !== '57P01') console.error('pg-boss error', err);
     });
     await this.boss.start();
-    await this.boss.createQueue(QUEUE, { notify: true });
     this.probe = new pg.Client({ connectionString: pgUrl(this.db) });
     await this.probe.connect();
   }
@@ -38,7 +52,7 @@ export class PgBossSystem implements BenchSystem {
   async close(): Promise<void> {
     await this.probe?.end();
     await this.boss?.stop({ graceful: false });
-    if (this.db) await dropDatabase(this.db);
+    if (this.owned && this.db) await dropDatabase(this.db);
     this.boss = undefined;
     this.db = undefined;
   }
@@ -57,6 +71,42 @@ export class PgBossSystem implements BenchSystem {
       QUEUE,
       ps.map((data) => ({ data })),
     );
+  }
+
+  /**
+   * One job through send(), then copies of its row in the queue's own table with a new
+   * gen_random_uuid() id (as insert does) and payload; every other column as send wrote it.
+   */
+  async bulkLoad(n: number): Promise<void> {
+    const sentAt = Date.now();
+    const id = await this.b.send(QUEUE, { seq: 0, sentAt });
+    if (!id) throw new Error('pg-boss did not return the template job id');
+    if (n <= 1) return;
+    const c = this.probe!;
+    const t = await c.query<{ table_name: string }>(
+      'SELECT table_name FROM pgboss.queue WHERE name = $1',
+      [QUEUE],
+    );
+    const table = t.rows[0]!.table_name;
+    const cols = await copyLists(c, 'pgboss', table, 't', {
+      id: 'gen_random_uuid()',
+      data: `jsonb_build_object('seq', i, 'sentAt', $2::bigint)`,
+    });
+    const sql = `INSERT INTO pgboss.${quoteIdent(table)} (${cols.columns})
+      SELECT ${cols.values} FROM pgboss.${quoteIdent(table)} t, generate_series($3::int, $4::int) AS i
+      WHERE t.name = '${QUEUE}' AND t.id = $1`;
+    await inChunks(1, n - 1, 100_000, async (lo, hi) => {
+      await c.query(sql, [id, sentAt, lo, hi]);
+    });
+    await c.query(`ANALYZE pgboss.${quoteIdent(table)}`);
+  }
+
+  /** pg-boss's own fetch() of one job (the call its work() loop makes, with batchSize 1). */
+  claimer(): Promise<Claimer> {
+    return Promise.resolve({
+      claimOne: async () => (await this.b.fetch(QUEUE, { batchSize: 1 })).length,
+      close: () => Promise.resolve(),
+    });
   }
 
   async work(o: WorkOptions): Promise<Running> {

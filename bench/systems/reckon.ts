@@ -2,12 +2,16 @@
  * reckon under test: full journal, every invariant on. Each job's function runs inside
  * ctx.dispatch(), so every job writes its claim, its durable dispatch marker and its outcome.
  */
+import Database from 'better-sqlite3';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import pg from 'pg';
+import { v7 as uuidv7 } from 'uuid';
+import { fingerprintOf } from '../../src/core/json.js';
 import { defineOperation, openQueue, type Queue } from '../../src/index.js';
-import { createDatabase, dropDatabase, pgUrl } from '../lib.js';
-import type { BenchSystem, Payload, Running, WorkOptions } from './system.js';
+import { copyLists, createDatabase, dropDatabase, inChunks, pgUrl, quoteIdent } from '../lib.js';
+import type { BenchSystem, Claimer, Payload, Running, WorkOptions } from './system.js';
 
 export const benchOp = defineOperation({
   name: 'bench.noop',
@@ -33,6 +37,7 @@ export class ReckonSystem implements BenchSystem {
   private db: string | undefined;
   private dir: string | undefined;
   private seqBase = 0;
+  private owned = false;
   /** The SQLite file, for a worker in another process. */
   storeUrl = '';
 
@@ -49,15 +54,26 @@ export class ReckonSystem implements BenchSystem {
       this.db = await createDatabase('reckon');
       this.storeUrl = pgUrl(this.db);
     }
+    this.owned = true;
     this.q = await openQueue({ store: this.storeUrl, operations: [benchOp] });
     this.seqBase = Date.now();
+  }
+
+  async attach(target: string): Promise<void> {
+    this.storeUrl = target;
+    this.q = await openQueue({ store: target, operations: [benchOp] });
+    this.seqBase = Date.now();
+  }
+
+  get target(): string {
+    return this.storeUrl;
   }
 
   async close(): Promise<void> {
     await this.q?.close();
     this.q = undefined;
-    if (this.db) await dropDatabase(this.db);
-    if (this.dir) rmSync(this.dir, { recursive: true, force: true });
+    if (this.owned && this.db) await dropDatabase(this.db);
+    if (this.owned && this.dir) rmSync(this.dir, { recursive: true, force: true });
     this.db = undefined;
     this.dir = undefined;
   }
@@ -76,6 +92,154 @@ export class ReckonSystem implements BenchSystem {
       benchOp,
       ps.map((p) => ({ input: p, key: `k${this.seqBase}-${p.seq}` })),
     );
+  }
+
+  /**
+   * One job through queue.enqueue (the template: its jobs row and its events), then copies of
+   * those rows with a new uuid v7, request key, input and fingerprint (SHA-256 of the canonical
+   * input, as enqueue computes it), the rest (times, retry policy, timeout…) as enqueue wrote it:
+   * n jobs enqueued in one instant. Checked against the template before anything is copied.
+   */
+  async bulkLoad(n: number): Promise<void> {
+    const sentAt = Date.now();
+    const tpl = await this.queue.enqueue(
+      benchOp,
+      { seq: 0, sentAt },
+      { key: `k${this.seqBase}-0` },
+    );
+    if (n <= 1) return;
+    if (this.backend === 'sqlite') this.bulkSqlite(tpl.id, n, sentAt);
+    else await this.bulkPostgres(tpl.id, n, sentAt);
+  }
+
+  private bulkSqlite(tplId: string, n: number, sentAt: number): void {
+    const db = new Database(this.storeUrl.replace(/^sqlite:/, ''));
+    try {
+      db.pragma('busy_timeout = 10000');
+      const job = db.prepare('SELECT * FROM jobs WHERE id = ?').get(tplId) as Record<
+        string,
+        unknown
+      >;
+      const events = db
+        .prepare('SELECT * FROM events WHERE job_id = ? ORDER BY id')
+        .all(tplId) as Record<string, unknown>[];
+      const attempts = db
+        .prepare('SELECT count(*) AS n FROM attempts WHERE job_id = ?')
+        .get(tplId) as {
+        n: number;
+      };
+      const input = { seq: 0, sentAt };
+      if (
+        job.input_json !== JSON.stringify(input) ||
+        job.request_fingerprint !== fingerprintOf(input) ||
+        job.request_key !== `k${this.seqBase}-0` ||
+        events.length === 0 ||
+        attempts.n !== 0
+      )
+        throw new Error('bench: the bulk copy would not match what enqueue writes');
+      const jobCols = Object.keys(job);
+      // The events' own id is the database's (INTEGER PRIMARY KEY).
+      const eventCols = Object.keys(events[0]!).filter((c) => c !== 'id');
+      const insert = (table: string, cols: string[]) =>
+        db.prepare(
+          `INSERT INTO ${table} (${cols.map(quoteIdent).join(', ')}) VALUES (${cols.map(() => '?').join(', ')})`,
+        );
+      const insJob = insert('jobs', jobCols);
+      const insEvent = insert('events', eventCols);
+      const chunk = db.transaction((lo: number, hi: number) => {
+        for (let i = lo; i <= hi; i++) {
+          const inputJson = JSON.stringify({ seq: i, sentAt });
+          const row: Record<string, unknown> = {
+            ...job,
+            id: uuidv7(),
+            request_key: `k${this.seqBase}-${i}`,
+            input_json: inputJson,
+            request_fingerprint: fingerprintOf(JSON.parse(inputJson)),
+          };
+          insJob.run(...jobCols.map((c) => row[c]));
+          for (const e of events) {
+            const ev: Record<string, unknown> = {
+              ...e,
+              job_id: row.id,
+              request_fingerprint: row.request_fingerprint,
+            };
+            insEvent.run(...eventCols.map((c) => ev[c]));
+          }
+        }
+      });
+      for (let lo = 1; lo < n; lo += 50_000) chunk(lo, Math.min(n - 1, lo + 50_000 - 1));
+    } finally {
+      db.close();
+    }
+  }
+
+  private async bulkPostgres(tplId: string, n: number, sentAt: number): Promise<void> {
+    const c = new pg.Client({ connectionString: this.storeUrl });
+    await c.connect();
+    try {
+      const s = 'reckon';
+      const check = await c.query<{ ok: boolean }>(
+        `SELECT j.input_json = '{"seq":0,"sentAt":' || $2::text || '}'
+            AND j.request_fingerprint = encode(sha256(convert_to('{"sentAt":' || $2::text || ',"seq":0}', 'UTF8')), 'hex')
+            AND j.request_key = 'k' || $3::text || '-0'
+            AND (SELECT count(*) FROM ${s}.events e WHERE e.job_id = j.id) > 0
+            AND NOT EXISTS (SELECT 1 FROM ${s}.attempts a WHERE a.job_id = j.id) AS ok
+         FROM ${s}.jobs j WHERE j.id = $1`,
+        [tplId, String(sentAt), String(this.seqBase)],
+      );
+      if (check.rows[0]?.ok !== true)
+        throw new Error('bench: the bulk copy would not match what enqueue writes');
+      const jobs = await copyLists(c, s, 'jobs', 't', {
+        id: 'g.id',
+        request_key: 'g.request_key',
+        input_json: 'g.input_json',
+        request_fingerprint: 'g.fp',
+      });
+      const events = await copyLists(c, s, 'events', 'e', {
+        job_id: 'g.id',
+        request_fingerprint: 'g.fp',
+      });
+      // uuid v7: the template's millisecond, then version 7 and variant 8 around a counter, then
+      // pseudo-random bits: unique and ordered like the ids of one batch.
+      const sql = `
+WITH t AS (SELECT * FROM ${s}.jobs WHERE id = $1),
+g AS MATERIALIZED (
+  SELECT i,
+    substr(t.id, 1, 14) || '7' || lpad(to_hex((i >> 12) & 4095), 3, '0') || '-8' ||
+      lpad(to_hex(i & 4095), 3, '0') || '-' || substr(md5(i::text || t.id), 1, 12) AS id,
+    'k' || $3::text || '-' || i AS request_key,
+    '{"seq":' || i || ',"sentAt":' || $2::text || '}' AS input_json,
+    encode(sha256(convert_to('{"sentAt":' || $2::text || ',"seq":' || i || '}', 'UTF8')), 'hex') AS fp
+  FROM t, generate_series($4::int, $5::int) AS i
+),
+j AS (INSERT INTO ${s}.jobs (${jobs.columns}) SELECT ${jobs.values} FROM g, t)
+INSERT INTO ${s}.events (${events.columns}) SELECT ${events.values}
+FROM g, ${s}.events e WHERE e.job_id = $1`;
+      await inChunks(1, n - 1, 100_000, async (lo, hi) => {
+        await c.query(sql, [tplId, String(sentAt), String(this.seqBase), lo, hi]);
+      });
+      await c.query(`ANALYZE ${s}.jobs, ${s}.events`);
+    } finally {
+      await c.end();
+    }
+  }
+
+  /** The store's own claim, as the worker calls it: attemptClaimMany with a limit of 1. */
+  claimer(): Promise<Claimer> {
+    const store = this.queue.store;
+    return Promise.resolve({
+      claimOne: async () =>
+        (
+          await store.attemptClaimMany({
+            ownerId: 'bench-claimer',
+            queues: ['default'],
+            operations: [benchOp.name],
+            limit: 1,
+            leaseMs: 600_000,
+          })
+        ).length,
+      close: () => Promise.resolve(),
+    });
   }
 
   async work(o: WorkOptions): Promise<Running> {

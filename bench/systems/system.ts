@@ -20,15 +20,37 @@ export interface WorkOptions {
   onDone?: (p: Payload) => void;
 }
 
+/** Takes one waiting job the way the system's own workers do, and nothing else. */
+export interface Claimer {
+  /** Claims (fetches, locks, leases: the system's word) one job; returns how many it got. */
+  claimOne(): Promise<number>;
+  close(): Promise<void>;
+}
+
 export interface BenchSystem {
   readonly name: string;
   /** Which peers it is compared with: reckon-PG with PostgreSQL peers, SQLite with all. */
   readonly family: 'reckon' | 'peer';
   readonly backend: 'postgres' | 'sqlite' | 'redis';
   open(): Promise<void>;
+  /**
+   * Connects to what another process's open() created (a database, a SQLite file, a queue name:
+   * `target`), without creating or dropping anything: for a worker in a child process.
+   */
+  attach(target: string): Promise<void>;
+  /** What attach() takes, once open. */
+  readonly target: string;
   close(): Promise<void>;
   enqueue(p: Payload): Promise<void>;
   enqueueMany(ps: Payload[]): Promise<void>;
+  /**
+   * Leaves `n` jobs waiting, loaded as fast as the system allows: one job through the normal
+   * enqueue, then its rows copied in bulk (SQL) with only the id, key, payload and the values
+   * derived from them changed, so every row is what a normal enqueue writes. BullMQ: addBulk.
+   * PostgreSQL systems ANALYZE their tables after the load (autovacuum would, in production).
+   */
+  bulkLoad(n: number): Promise<void>;
+  claimer(): Promise<Claimer>;
   work(o: WorkOptions): Promise<Running>;
   /** Jobs not yet durably completed (used to time processing runs). */
   pending(): Promise<number>;
