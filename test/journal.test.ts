@@ -22,6 +22,7 @@ import {
   type Queue,
 } from '../src/index.js';
 import { tempSqliteStore, type TestStore } from './helpers/stores.js';
+import { LATEST_SCHEMA_VERSION } from '../src/store/sqlite/schema.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -273,6 +274,30 @@ describe('store errors are typed', () => {
     }
   });
 
+  it('a version 1 database is migrated in place: the jobs survive, the indexes are the new ones', async () => {
+    const path = join(dir(), 'v1.db');
+    const q = await openQueue({ store: `sqlite:${path}`, operations: [send] });
+    const job = await q.enqueue(send, { to: 'a@example.com' });
+    await q.close();
+    // Back to version 1 as an older reckon left it: jobs_state present, jobs_review absent.
+    const db = new Database(path);
+    db.exec(`DROP INDEX jobs_review; CREATE INDEX jobs_state ON jobs (state, queue);
+      DELETE FROM reckon_migrations WHERE version > 1;`);
+    db.close();
+    const again = await openQueue({ store: `sqlite:${path}` });
+    expect(await again.store.schemaVersion()).toBe(LATEST_SCHEMA_VERSION);
+    expect((await again.store.jobGet({ id: job.id }))?.job.state).toBe('QUEUED');
+    await again.close();
+    const check = new Database(path, { readonly: true });
+    const indexes = check
+      .prepare(`SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs'`)
+      .all()
+      .map((r) => (r as { name: string }).name);
+    check.close();
+    expect(indexes).toContain('jobs_review');
+    expect(indexes).not.toContain('jobs_state');
+  });
+
   it('a database from a newer schema version', async () => {
     const path = join(dir(), 'new.db');
     const q = await openQueue({ store: `sqlite:${path}` });
@@ -284,7 +309,9 @@ describe('store errors are typed', () => {
     db.close();
     await expect(openQueue({ store: `sqlite:${path}` })).rejects.toBeInstanceOf(SchemaTooNew);
     await expect(openQueue({ store: `sqlite:${path}` })).rejects.toThrow(
-      /schema version 999, newer than this reckon supports \(1\)/,
+      new RegExp(
+        `schema version 999, newer than this reckon supports \\(${LATEST_SCHEMA_VERSION}\\)`,
+      ),
     );
   });
 });

@@ -231,6 +231,13 @@ export class PostgresStore implements Store {
     pool.on('error', () => {
       this.poolErrors++;
     });
+    // Plan every execution for the parameters and the table as it is now. A prepared
+    // statement's cached generic plan is made once, often while the tables are still empty, and
+    // kept: then the hot paths scan `attempts` in full (a seq scan of an "empty" table) for every
+    // lease, and the service slows down as the journal grows.
+    pool.on('connect', (client) => {
+      client.query('SET plan_cache_mode = force_custom_plan').catch(() => undefined);
+    });
     this.pool = pool;
     try {
       await this.migrate();

@@ -91,6 +91,18 @@ CREATE TRIGGER events_no_update BEFORE UPDATE ON events BEGIN SELECT RAISE(ABORT
 CREATE TRIGGER events_no_delete BEFORE DELETE ON events BEGIN SELECT RAISE(ABORT, 'reckon events are append-only'); END;
 `,
   },
+  {
+    // jobs_state (state, queue) took an index write on every state change, and with stale
+    // statistics (a bulk enqueue not yet analyzed) the PostgreSQL planner chose it for the claim
+    // and sorted every waiting job. What it served is served by the partial indexes: the claim
+    // (QUEUED) and reconciler (UNKNOWN) have theirs, review gets one; counts scan the table.
+    version: 2,
+    name: 'partial state indexes only',
+    sql: `
+DROP INDEX jobs_state;
+CREATE INDEX jobs_review ON jobs (id) WHERE state = 'NEEDS_REVIEW';
+`,
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
