@@ -5,13 +5,17 @@
  */
 import { openQueue } from '../src/index.js';
 import { wallMs } from './lib.js';
-import { benchOp, setStartHook } from './systems/reckon.js';
+import { BENCH_PREFETCH, benchOp, setStartHook } from './systems/reckon.js';
 
 const [storeUrl, concurrencyArg] = process.argv.slice(2);
 const q = await openQueue({ store: storeUrl!, operations: [benchOp] });
 let pending: [number, number][] = [];
 setStartHook((p) => pending.push([p.seq, wallMs()]));
-const worker = q.worker({ operations: [benchOp], concurrency: Number(concurrencyArg ?? 10) });
+const worker = q.worker({
+  operations: [benchOp],
+  concurrency: Number(concurrencyArg ?? 10),
+  prefetch: BENCH_PREFETCH,
+});
 await worker.start();
 const flush = setInterval(() => {
   if (pending.length === 0) return;

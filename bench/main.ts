@@ -94,6 +94,7 @@ async function main(): Promise<void> {
   const started = new Date();
   for (let round = 0; round < rounds; round++) {
     for (const w of workloads) {
+      if (w.firstRoundOnly && round > 0) continue;
       // Rotate the order each round so no system always runs first (or last) on a warm host.
       const order = systemNames.map((_, i) => systemNames[(i + round) % systemNames.length]!);
       for (const name of order) {

@@ -32,6 +32,11 @@ export interface Workload {
   unit: string;
   /** Only these systems run it (default: all). */
   only?: (s: BenchSystem) => boolean;
+  /**
+   * Runs in the first round only, whatever --rounds says: the bulk-loaded workloads (a million
+   * jobs per system) take minutes per run and vary little between rounds.
+   */
+  firstRoundOnly?: boolean;
   run(s: BenchSystem, sizes: Sizes): Promise<Metrics>;
 }
 
@@ -225,6 +230,7 @@ const latencyCrossProcess: Workload = {
 function claimLatency(name: string, waiting: (z: Sizes) => number): Workload {
   return {
     name,
+    firstRoundOnly: true,
     unit: 'ms (claim p50)',
     async run(s, z) {
       const n = waiting(z);
@@ -265,6 +271,7 @@ function claimLatency(name: string, waiting: (z: Sizes) => number): Workload {
  */
 const memory: Workload = {
   name: 'memory-1m',
+  firstRoundOnly: true,
   unit: 'MB (worker RSS)',
   async run(s, z) {
     await s.bulkLoad(z.memoryWaiting);

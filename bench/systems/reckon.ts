@@ -23,6 +23,9 @@ export const benchOp = defineOperation({
   },
 });
 
+/** Leases a bench worker holds beyond its concurrency (the worker's `prefetch`). */
+export const BENCH_PREFETCH = 100;
+
 /** The operation is module-level (as users define them); the current run's hooks live here. */
 const handlers: { onStart?: (p: Payload) => void } = {};
 
@@ -247,6 +250,10 @@ FROM g, ${s}.events e WHERE e.job_id = $1`;
     const worker = this.queue.worker({
       operations: [benchOp],
       concurrency: o.concurrency,
+      // reckon's throughput setting (as graphile-worker's local queue of 500 is its own): leases
+      // claimed ahead of free slots, so a slot that frees never waits for a claim round trip.
+      // Prefetched jobs are not dispatched until a slot takes them; their leases are heartbeated.
+      prefetch: BENCH_PREFETCH,
       // The bench runs no crashes: recovery loops stay on (as in production) at their defaults.
     });
     if (o.onDone) {
