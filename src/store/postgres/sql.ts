@@ -544,7 +544,9 @@ WITH held AS (
   FROM ${attempts} a
   JOIN json_to_recordset($1::json) AS r(job_id text, attempt_no int, lease_token text)
     ON a.job_id = r.job_id AND a.attempt_no = r.attempt_no AND a.lease_token = r.lease_token
+  -- By key whatever the plan (not along attempts_expiry, whose dead entries pile up).
   WHERE a.state = 'LEASED'
+    AND a.job_id = ANY (ARRAY(SELECT k.job_id FROM json_to_recordset($1::json) AS k(job_id text)))
   ORDER BY a.job_id
   FOR UPDATE OF a
 )
