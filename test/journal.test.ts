@@ -16,6 +16,7 @@ import {
   RequestKeyConflict,
   SchemaTooNew,
   StoreCorrupt,
+  StoreUnavailable,
   UnknownOperation,
   defineOperation,
   openQueue,
@@ -23,6 +24,7 @@ import {
 } from '../src/index.js';
 import { tempSqliteStore, type TestStore } from './helpers/stores.js';
 import { LATEST_SCHEMA_VERSION } from '../src/store/sqlite/schema.js';
+import { SqliteStore } from '../src/store/sqlite/sqlite-store.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -296,6 +298,36 @@ describe('store errors are typed', () => {
     check.close();
     expect(indexes).toContain('jobs_review');
     expect(indexes).not.toContain('jobs_state');
+  });
+
+  it('a write lock held by another process: the event loop runs on while the write waits, then it lands or fails as StoreUnavailable', async () => {
+    const path = join(dir(), 'locked.db');
+    const q = await openQueue({
+      store: new SqliteStore({ path, busyTimeoutMs: 400 }),
+      operations: [send],
+    });
+    try {
+      const other = new Database(path);
+      other.exec('BEGIN IMMEDIATE');
+      let ticks = 0;
+      const ticker = setInterval(() => ticks++, 5);
+      // Held past the busy timeout: the enqueue fails, typed, and nothing froze meanwhile.
+      const t0 = performance.now();
+      await expect(q.enqueue(send, { to: 'a@example.com' })).rejects.toBeInstanceOf(
+        StoreUnavailable,
+      );
+      expect(performance.now() - t0).toBeGreaterThanOrEqual(390);
+      expect(ticks).toBeGreaterThan(20);
+      // Released within the timeout: the waiting enqueue lands.
+      const pending = q.enqueue(send, { to: 'b@example.com' });
+      setTimeout(() => other.exec('COMMIT'), 100);
+      const job = await pending;
+      clearInterval(ticker);
+      other.close();
+      expect((await q.store.jobGet({ id: job.id }))?.job.state).toBe('QUEUED');
+    } finally {
+      await q.close();
+    }
   });
 
   it('a database from a newer schema version', async () => {
