@@ -268,6 +268,9 @@ export class Worker extends EventEmitter implements AttemptHost {
       this.holdMax - this.inFlight.size,
     );
     if (free <= 0) return false;
+    // Claimed ahead and still well stocked: refill in batches, once the buffer is down to half,
+    // not a job at a time as slots free (a claim costs a commit whatever its size).
+    if (prefetch > 0 && this.waiting.length > prefetch / 2) return false;
     const limit = Math.min(free, claimBatchMax);
     // Started before the claim is sent, so the local deadline is never later than the store's.
     const sentAt = performance.now();
