@@ -212,6 +212,70 @@ describe.skipIf(pgReason !== null)(
       });
     });
 
+    describe('plans', () => {
+      it('the hot paths never scan the journal, also with plans cached while the tables were empty', async () => {
+        const t = await pgDatabase();
+        // Two connections: each prepared statement runs often enough on each that PostgreSQL
+        // caches a generic plan for it while the tables are nearly empty.
+        const q = await queueOn(new PostgresStore({ connectionString: t.url, poolMax: 2 }));
+        const ledger = new Map<string, number>();
+        const op = ledgerOp(ledger);
+        const settle = async (jobs: { id: string }[]) => {
+          for (const j of jobs)
+            await until(
+              `job ${j.id} to succeed`,
+              async () => (await q.job(j.id))?.job.state === 'SUCCEEDED',
+              30_000,
+            );
+        };
+        const w = await startWorker(q, { operations: [op], concurrency: 2, pollIntervalMs: 20 });
+        await settle(
+          await q.enqueueMany(
+            op,
+            Array.from({ length: 40 }, (_, n) => ({ input: { n } })),
+          ),
+        );
+        // The journal grows by 20,000 finished jobs, each with its attempt.
+        const app = await client(t.url);
+        await app.query(`
+          INSERT INTO reckon.jobs (id, queue, operation, input_json, request_key, request_fingerprint,
+            state, priority, run_at, created_at, updated_at, finished_at, attempt_count,
+            max_attempts, backoff_json, timeout_ms)
+          SELECT 'old-' || g, 'default', 'ledger.effect', '{}', 'old-' || g, 'f', 'SUCCEEDED', 0,
+            now(), now(), now(), now(), 1, 3, '{}', 1000
+          FROM generate_series(1, 20000) g;
+          INSERT INTO reckon.attempts (job_id, attempt_no, request_key, request_fingerprint, state,
+            owner_id, lease_token, leased_at, lease_expires_at, dispatched_at, finished_at)
+          SELECT 'old-' || g, 1, 'old-' || g, 'f', 'SUCCEEDED', 'w', 't', now(), now(), now(), now()
+          FROM generate_series(1, 20000) g;`);
+        // Table statistics reach pg_stat_user_tables when a backend goes idle (≤ 1 s here).
+        const seqScans = async () => {
+          let last = '';
+          for (;;) {
+            const r = await app.query<{ relname: string; seq_scan: string }>(
+              `SELECT relname, seq_scan FROM pg_stat_user_tables
+               WHERE schemaname = 'reckon' AND relname IN ('jobs', 'attempts') ORDER BY relname`,
+            );
+            const now = JSON.stringify(r.rows);
+            if (now === last) return r.rows;
+            last = now;
+            await sleep(1_500);
+          }
+        };
+        const before = await seqScans();
+        await settle(
+          await q.enqueueMany(
+            op,
+            Array.from({ length: 200 }, (_, n) => ({ input: { n: 100 + n } })),
+          ),
+        );
+        await w.stop();
+        const after = await seqScans();
+        expect(after).toEqual(before);
+        expect(ledger.size).toBe(240);
+      }, 60_000);
+    });
+
     describe('opening', () => {
       it('several processes and connections migrating one new schema at once apply each migration once', async () => {
         const t = await pgDatabase();
