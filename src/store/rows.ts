@@ -153,3 +153,31 @@ export function eventFromRow(r: EventRow): EventRecord {
 export function jsonOrNull(value: unknown): string | null {
   return value === undefined || value === null ? null : JSON.stringify(value);
 }
+
+/**
+ * The attempt a claim has just created for `job` (whose attempt count the claim already raised):
+ * LEASED, with no marker, outcome or resolution yet. Both stores answer claims with it, so
+ * neither has to read the new row back.
+ */
+export function newLeasedAttempt(
+  job: JobRecord,
+  lease: { ownerId: string; leaseToken: string; leasedAt: number; leaseExpiresAt: number },
+): AttemptRecord {
+  return {
+    jobId: job.id,
+    attemptNo: job.attemptCount,
+    requestKey: job.requestKey,
+    fingerprint: job.fingerprint,
+    state: 'LEASED',
+    ...lease,
+    dispatchedAt: null,
+    finishedAt: null,
+    result: null,
+    error: null,
+    reason: null,
+    resolution: null,
+    resolutionSource: null,
+    resolutionEvidence: null,
+    resolvedAt: null,
+  };
+}

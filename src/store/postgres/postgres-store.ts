@@ -43,6 +43,7 @@ import {
   eventFromRow,
   jobFromRow,
   jsonOrNull,
+  newLeasedAttempt,
   toMs,
   type AttemptRow,
   type EventRow,
@@ -913,26 +914,12 @@ export class PostgresStore implements Store {
     );
     return r.rows.map((row) => {
       const job = jobFromRow(row);
-      const attempt: AttemptRecord = {
-        jobId: job.id,
-        attemptNo: job.attemptCount,
-        requestKey: job.requestKey,
-        fingerprint: job.fingerprint,
-        state: 'LEASED',
+      const attempt = newLeasedAttempt(job, {
         ownerId: p.ownerId,
         leaseToken: row.a_lease_token,
         leasedAt: row.a_leased_at,
         leaseExpiresAt: row.a_lease_expires_at,
-        dispatchedAt: null,
-        finishedAt: null,
-        result: null,
-        error: null,
-        reason: null,
-        resolution: null,
-        resolutionSource: null,
-        resolutionEvidence: null,
-        resolvedAt: null,
-      };
+      });
       return { job, attempt };
     });
   }

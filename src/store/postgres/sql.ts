@@ -114,6 +114,27 @@ export function statements(schema: string) {
   const jobs = `${s}.jobs`;
   const attempts = `${s}.attempts`;
   const events = `${s}.events`;
+  /**
+   * CTEs `inserted` (the jobs of $1 whose request key is new, as inserted) and `enqueued` (their
+   * events, actor $2), after a `now` CTE: the insert that `jobInsert` and `jobInsertAllNew` share.
+   */
+  const insertNew = `
+inserted AS (
+  INSERT INTO ${jobs} (id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id,
+    state, priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms)
+  SELECT n.id, n.queue, n.operation, n.input_json, n.request_key, n.request_fingerprint, n.run_id, n.step_id,
+    'QUEUED', n.priority, coalesce(${fromMs('n.run_at')}, now.t + ${millis('n.delay_ms')}), now.t, now.t,
+    n.max_attempts, n.backoff_json, n.timeout_ms
+  FROM json_to_recordset($1::json) AS n(id text, queue text, operation text, input_json text,
+    request_key text, request_fingerprint text, run_id text, step_id text, priority int,
+    delay_ms bigint, run_at bigint, max_attempts int, backoff_json text, timeout_ms bigint), now
+  ON CONFLICT (request_key) DO NOTHING
+  RETURNING *
+),
+enqueued AS (
+  INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, to_state, actor, at)
+  SELECT i.id, NULL, i.request_fingerprint, 'enqueued', 'QUEUED', $2, i.created_at FROM inserted i
+)`;
   /** The claim statement around its `picked` CTE (the due jobs to lease, locked). */
   const claim = (picked: string) => `
 WITH now AS MATERIALIZED (SELECT ${NOW} AS t),${picked},
@@ -256,23 +277,7 @@ FROM (
      * `enqueued` events; returns the inserted rows. Existing keys are left to the caller.
      */
     jobInsert: `
-WITH now AS MATERIALIZED (SELECT ${NOW} AS t),
-inserted AS (
-  INSERT INTO ${jobs} (id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id,
-    state, priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms)
-  SELECT n.id, n.queue, n.operation, n.input_json, n.request_key, n.request_fingerprint, n.run_id, n.step_id,
-    'QUEUED', n.priority, coalesce(${fromMs('n.run_at')}, now.t + ${millis('n.delay_ms')}), now.t, now.t,
-    n.max_attempts, n.backoff_json, n.timeout_ms
-  FROM json_to_recordset($1::json) AS n(id text, queue text, operation text, input_json text,
-    request_key text, request_fingerprint text, run_id text, step_id text, priority int,
-    delay_ms bigint, run_at bigint, max_attempts int, backoff_json text, timeout_ms bigint), now
-  ON CONFLICT (request_key) DO NOTHING
-  RETURNING *
-),
-enqueued AS (
-  INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, to_state, actor, at)
-  SELECT i.id, NULL, i.request_fingerprint, 'enqueued', 'QUEUED', $2, i.created_at FROM inserted i
-)
+WITH now AS MATERIALIZED (SELECT ${NOW} AS t),${insertNew}
 SELECT * FROM inserted`,
 
     /**
@@ -283,23 +288,7 @@ SELECT * FROM inserted`,
      * transaction. Returns the inserted rows, times as epoch ms.
      */
     jobInsertAllNew: `
-WITH now AS MATERIALIZED (SELECT ${NOW} AS t),
-inserted AS (
-  INSERT INTO ${jobs} (id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id,
-    state, priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms)
-  SELECT n.id, n.queue, n.operation, n.input_json, n.request_key, n.request_fingerprint, n.run_id, n.step_id,
-    'QUEUED', n.priority, coalesce(${fromMs('n.run_at')}, now.t + ${millis('n.delay_ms')}), now.t, now.t,
-    n.max_attempts, n.backoff_json, n.timeout_ms
-  FROM json_to_recordset($1::json) AS n(id text, queue text, operation text, input_json text,
-    request_key text, request_fingerprint text, run_id text, step_id text, priority int,
-    delay_ms bigint, run_at bigint, max_attempts int, backoff_json text, timeout_ms bigint), now
-  ON CONFLICT (request_key) DO NOTHING
-  RETURNING *
-),
-enqueued AS (
-  INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, to_state, actor, at)
-  SELECT i.id, NULL, i.request_fingerprint, 'enqueued', 'QUEUED', $2, i.created_at FROM inserted i
-),
+WITH now AS MATERIALIZED (SELECT ${NOW} AS t),${insertNew},
 checked AS MATERIALIZED (
   SELECT CASE WHEN count(*) <> $3::int THEN ${fail(`'not all new: ' || count(*)`)} END AS violated,
     (SELECT count(pg_notify($4::text, q.queue)) FROM (SELECT DISTINCT queue FROM inserted) q) AS woken

@@ -33,6 +33,7 @@ import {
   eventFromRow,
   jobFromRow,
   jsonOrNull,
+  newLeasedAttempt,
   type AttemptRow,
   type EventRow,
   type JobRow,
@@ -1151,26 +1152,12 @@ export class SqliteStore implements Store {
         );
         out[i] = {
           job,
-          attempt: {
-            jobId: job.id,
-            attemptNo,
-            requestKey: job.requestKey,
-            fingerprint: job.fingerprint,
-            state: 'LEASED',
+          attempt: newLeasedAttempt(job, {
             ownerId: p.ownerId,
             leaseToken: token,
             leasedAt: now,
             leaseExpiresAt,
-            dispatchedAt: null,
-            finishedAt: null,
-            result: null,
-            error: null,
-            reason: null,
-            resolution: null,
-            resolutionSource: null,
-            resolutionEvidence: null,
-            resolvedAt: null,
-          },
+          }),
         };
       }
       return out;
