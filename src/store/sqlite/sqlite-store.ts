@@ -501,7 +501,8 @@ export class SqliteStore implements Store {
     if (batch.length === 0) return;
     let results: ({ ok: true; value: unknown } | { ok: false; err: unknown })[];
     try {
-      if (!o.wait && !this.tryBegin()) {
+      const busy = o.wait ? undefined : this.tryBegin();
+      if (busy) {
         // Another process holds the write lock. SQLite's busy handler would sleep the whole
         // event loop (1, 2, 5, 10 … 100 ms a try); instead the batch (and whatever joins it)
         // tries again in a moment while this process goes on, up to the busy timeout.
@@ -513,8 +514,7 @@ export class SqliteStore implements Store {
           return;
         }
         this.busySince = undefined;
-        const tx = this.txStatements();
-        tx.begin.run(); // one last try, waiting in SQLite's handler: succeeds or throws BUSY
+        throw busy;
       }
       this.busySince = undefined;
       results = this.runBatch(batch, { begun: !o.wait });
@@ -531,15 +531,18 @@ export class SqliteStore implements Store {
     }
   }
 
-  /** BEGIN IMMEDIATE without waiting: false if another connection holds the write lock. */
-  private tryBegin(): boolean {
+  /**
+   * BEGIN IMMEDIATE without waiting: undefined once begun, or the SQLITE_BUSY error if another
+   * connection holds the write lock.
+   */
+  private tryBegin(): Error | undefined {
     const tx = this.txStatements();
     tx.busyNoWait.get();
     try {
       tx.begin.run();
-      return true;
+      return undefined;
     } catch (err) {
-      if (((err as { code?: string }).code ?? '').startsWith('SQLITE_BUSY')) return false;
+      if (((err as { code?: string }).code ?? '').startsWith('SQLITE_BUSY')) return err as Error;
       throw err;
     } finally {
       tx.busyWait.get();
