@@ -248,7 +248,9 @@ describe.skipIf(pgReason !== null)(
             owner_id, lease_token, leased_at, lease_expires_at, dispatched_at, finished_at)
           SELECT 'old-' || g, 1, 'old-' || g, 'f', 'SUCCEEDED', 'w', 't', now(), now(), now(), now()
           FROM generate_series(1, 20000) g;`);
-        // Table statistics reach pg_stat_user_tables when a backend goes idle (≤ 1 s here).
+        // A backend reports its table statistics when it goes idle (within 10 s) or exits. The
+        // baseline includes the migration's index builds (each a scan of its table): wait until
+        // those are in and the counts hold still.
         const seqScans = async () => {
           let last = '';
           for (;;) {
@@ -257,7 +259,7 @@ describe.skipIf(pgReason !== null)(
                WHERE schemaname = 'reckon' AND relname IN ('jobs', 'attempts') ORDER BY relname`,
             );
             const now = JSON.stringify(r.rows);
-            if (now === last) return r.rows;
+            if (now === last && r.rows.every((row) => Number(row.seq_scan) > 0)) return r.rows;
             last = now;
             await sleep(1_500);
           }
@@ -270,6 +272,8 @@ describe.skipIf(pgReason !== null)(
           ),
         );
         await w.stop();
+        // Closed, the store's connections exit, and an exiting backend reports at once.
+        await q.close();
         const after = await seqScans();
         expect(after).toEqual(before);
         expect(ledger.size).toBe(240);
