@@ -60,6 +60,7 @@ import type {
   StoreStats,
 } from '../store.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from './schema.js';
+import { WakeChannel, wakeDirectory } from './wake.js';
 
 export interface SqliteStoreOptions {
   /** File path, or `:memory:` (one process only). */
@@ -68,14 +69,16 @@ export interface SqliteStoreOptions {
   busyTimeoutMs?: number;
   /** The store's clock (ms since epoch). Default `Date.now`; tests move it. */
   clock?: () => number;
+  /** How often a subscription checks `data_version` (default `WORK_CHECK_INTERVAL_MS`). */
+  workCheckIntervalMs?: number;
 }
 
 export const DEFAULT_BUSY_TIMEOUT_MS = 10_000;
 /**
  * How often a subscribed store checks `PRAGMA data_version`, which changes when another
  * connection (another process) commits. A read of the shared-memory header, a few µs: at 1 ms it
- * costs well under 1% of a core and lets a worker in another process start a job about 0.5 ms
- * after its enqueue commits, instead of after half a poll interval.
+ * costs well under 1% of a core. The wake-up sockets (wake.ts) are faster; this catches what
+ * they cannot (a process that started less than a second ago, a platform without them).
  */
 export const WORK_CHECK_INTERVAL_MS = 1;
 
@@ -301,6 +304,10 @@ export class SqliteStore implements Store {
   /** Events of the running write, EVENT_COLUMNS values each (see `event`). */
   private pendingEvents: unknown[] = [];
   private tx: TxStatements | null = null;
+  /** Other processes' workers, woken when this process commits due work (see wake.ts). */
+  private wakeChannel: WakeChannel | undefined;
+  /** The batch being written made a job due: wake the other processes after its commit. */
+  private newWork = false;
 
   constructor(private readonly options: SqliteStoreOptions) {
     this.location = `sqlite:${options.path}`;
@@ -396,7 +403,7 @@ export class SqliteStore implements Store {
     return Promise.resolve(this.currentVersion());
   }
 
-  close(): Promise<void> {
+  async close(): Promise<void> {
     // Writes already started are committed (or rejected) before the file closes.
     if (this.db) this.flushWrites({ wait: true });
     this.stmtCache.clear();
@@ -404,7 +411,17 @@ export class SqliteStore implements Store {
     this.tx = null;
     this.db?.close();
     this.db = null;
-    return Promise.resolve();
+    const wake = this.wakeChannel;
+    this.wakeChannel = undefined;
+    await wake?.close();
+  }
+
+  /** The cross-process wake-up channel of this file; undefined for a database in memory. */
+  private wake(): WakeChannel | undefined {
+    if (this.wakeChannel || this.options.path === ':memory:' || !this.db) return this.wakeChannel;
+    const dir = wakeDirectory(this.options.path);
+    if (dir) this.wakeChannel = new WakeChannel(dir);
+    return this.wakeChannel;
   }
 
   clockNow(): Promise<number> {
@@ -519,10 +536,16 @@ export class SqliteStore implements Store {
       this.busySince = undefined;
       results = this.runBatch(batch, { begun: !o.wait });
     } catch (err) {
+      this.newWork = false;
       // BEGIN, COMMIT or an error that ended the transaction: nothing of this batch is durable.
       const e = this.classifyWriteError(err);
       for (const w of batch) w.reject(e);
       return;
+    }
+    if (this.newWork) {
+      // Durable now: workers of other processes may claim it at once.
+      this.newWork = false;
+      this.wake()?.publish();
     }
     for (let i = 0; i < batch.length; i++) {
       const r = results[i]!;
@@ -757,6 +780,7 @@ export class SqliteStore implements Store {
     },
   ): void {
     const terminal = to === 'SUCCEEDED' || to === 'FAILED' || to === 'CANCELLED';
+    if (to === 'QUEUED') this.newWork = true;
     this.stmt(typeof jobKey === 'number' ? SET_JOB_STATE_BY_ROWID : SET_JOB_STATE_BY_ID).run(
       to,
       now,
@@ -849,6 +873,7 @@ export class SqliteStore implements Store {
           continue;
         }
         this.event(j.id, null, j.fingerprint, 'enqueued', null, 'QUEUED', p.actor, null, now);
+        this.newWork = true;
         // The record as written, without reading it back.
         results.push({
           job: {
@@ -1394,11 +1419,22 @@ export class SqliteStore implements Store {
   }
 
   /**
-   * Cross-process wake-ups without a server: `data_version` moves when another connection
-   * commits (never for our own writes), so a change means someone else wrote: perhaps new work.
-   * Best effort, like every subscription: workers still poll.
+   * Cross-process wake-ups without a server, two ways: a byte on this process's socket from a
+   * process that committed due work (wake.ts: well under a millisecond), and `data_version`,
+   * which moves when another connection commits (never for our own writes), checked every
+   * `WORK_CHECK_INTERVAL_MS`: it catches whatever the sockets miss. Best effort, like every
+   * subscription: workers still poll.
    */
-  workSubscribe(p: { queues: string[]; onWork: () => void }): Promise<{ close(): Promise<void> }> {
+  async workSubscribe(p: {
+    queues: string[];
+    onWork: () => void;
+  }): Promise<{ close(): Promise<void> }> {
+    let unsubscribe: (() => void) | undefined;
+    try {
+      unsubscribe = await this.wake()?.subscribe(p.onWork);
+    } catch {
+      // No socket here (a read-only temp directory…): data_version alone still wakes.
+    }
     const version = this.conn().prepare('PRAGMA data_version').pluck();
     let last = version.get() as number;
     const timer = setInterval(() => {
@@ -1407,14 +1443,15 @@ export class SqliteStore implements Store {
       if (now === last) return;
       last = now;
       p.onWork();
-    }, WORK_CHECK_INTERVAL_MS);
+    }, this.options.workCheckIntervalMs ?? WORK_CHECK_INTERVAL_MS);
     timer.unref();
-    return Promise.resolve({
+    return {
       close: () => {
         clearInterval(timer);
+        unsubscribe?.();
         return Promise.resolve();
       },
-    });
+    };
   }
 
   statsGet(): Promise<StoreStats> {
