@@ -310,7 +310,13 @@ describe('store errors are typed', () => {
       const other = new Database(path);
       other.exec('BEGIN IMMEDIATE');
       let ticks = 0;
-      const ticker = setInterval(() => ticks++, 5);
+      let last = performance.now();
+      let longestStall = 0;
+      const ticker = setInterval(() => {
+        ticks++;
+        longestStall = Math.max(longestStall, performance.now() - last);
+        last = performance.now();
+      }, 5);
       // Held past the busy timeout: the enqueue fails, typed, and nothing froze meanwhile.
       const t0 = performance.now();
       await expect(q.enqueue(send, { to: 'a@example.com' })).rejects.toBeInstanceOf(
@@ -318,6 +324,8 @@ describe('store errors are typed', () => {
       );
       expect(performance.now() - t0).toBeGreaterThanOrEqual(390);
       expect(ticks).toBeGreaterThan(20);
+      // Not even the first try sleeps in SQLite's busy handler.
+      expect(longestStall).toBeLessThan(150);
       // Released within the timeout: the waiting enqueue lands.
       const pending = q.enqueue(send, { to: 'b@example.com' });
       setTimeout(() => other.exec('COMMIT'), 100);

@@ -84,8 +84,6 @@ export const WORK_CHECK_INTERVAL_MS = 1;
 
 interface TxStatements {
   begin: Database.Statement;
-  busyNoWait: Database.Statement;
-  busyWait: Database.Statement;
   commit: Database.Statement;
   rollback: Database.Statement;
   savepoint: Database.Statement;
@@ -489,8 +487,6 @@ export class SqliteStore implements Store {
       const db = this.conn();
       this.tx = {
         begin: db.prepare('BEGIN IMMEDIATE'),
-        busyNoWait: db.prepare('PRAGMA busy_timeout = 0'),
-        busyWait: db.prepare(`PRAGMA busy_timeout = ${this.busyTimeoutMs}`),
         commit: db.prepare('COMMIT'),
         rollback: db.prepare('ROLLBACK'),
         savepoint: db.prepare('SAVEPOINT reckon_caller'),
@@ -560,7 +556,7 @@ export class SqliteStore implements Store {
    */
   private tryBegin(): Error | undefined {
     const tx = this.txStatements();
-    tx.busyNoWait.get();
+    this.setting('busy_timeout = 0');
     try {
       tx.begin.run();
       return undefined;
@@ -568,8 +564,18 @@ export class SqliteStore implements Store {
       if (((err as { code?: string }).code ?? '').startsWith('SQLITE_BUSY')) return err as Error;
       throw err;
     } finally {
-      tx.busyWait.get();
+      this.setting(`busy_timeout = ${this.busyTimeoutMs}`);
     }
+  }
+
+  /**
+   * Sets a connection setting. Not through a statement prepared once: SQLite applies
+   * `PRAGMA busy_timeout = …` and `PRAGMA synchronous = …` while preparing them, so running a
+   * prepared one again may change nothing (the first BEGIN that met another process's lock then
+   * slept the event loop for the whole busy timeout).
+   */
+  private setting(pragma: string): void {
+    this.conn().pragma(pragma);
   }
 
   private runBatch(
