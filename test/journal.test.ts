@@ -92,6 +92,41 @@ describe('delivery (invariant 1)', () => {
   });
 });
 
+describe('which commits wait for an fsync', () => {
+  it('a batch of claims alone commits without one; a batch with any other write, and everything after, with one', async () => {
+    const { q } = await queue({ operations: [send] });
+    const store = q.store as SqliteStore;
+    // White box: the synchronous level each COMMIT runs under (2 = FULL: fsync; 1 = NORMAL: none).
+    const inner = store as unknown as {
+      conn(): Database.Database;
+      txStatements(): { commit: { run(): unknown } };
+    };
+    const commit = inner.txStatements().commit;
+    const levels: number[] = [];
+    const run = commit.run.bind(commit);
+    commit.run = () => {
+      levels.push(inner.conn().pragma('synchronous', { simple: true }) as number);
+      return run();
+    };
+    const claim = () =>
+      store.attemptClaimMany({
+        ownerId: 'w',
+        queues: ['default'],
+        operations: [send.name],
+        limit: 1,
+        leaseMs: 60_000,
+      });
+    await q.enqueue(send, { to: 'a' });
+    await q.enqueue(send, { to: 'b' });
+    const [claimed] = await claim();
+    // A claim and an enqueue in one turn of the event loop share one batch.
+    await Promise.all([claim(), q.enqueue(send, { to: 'c' })]);
+    await store.attemptDispatchMany({ leases: [claimed!.attempt] });
+    expect(levels).toEqual([2, 2, 1, 2, 2]);
+    expect(inner.conn().pragma('synchronous', { simple: true })).toBe(2);
+  });
+});
+
 describe('request-key dedup (invariant 9)', () => {
   it('returns the existing job for the same key and fingerprint, and records the decision', async () => {
     const { q } = await queue();

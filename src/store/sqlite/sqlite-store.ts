@@ -295,6 +295,8 @@ export class SqliteStore implements Store {
     fn: () => unknown;
     resolve: (v: unknown) => void;
     reject: (err: unknown) => void;
+    /** May commit without its own fsync (see `write`). */
+    unsynced: boolean;
   }[] = [];
   private flushScheduled = false;
   /** When the batch at the head of the queue first found the write lock taken. */
@@ -468,10 +470,23 @@ export class SqliteStore implements Store {
    *
    * A `fn` must be a pure function of the database (and the clock): it may run twice, the first
    * run rolled back unseen (see `flushWrites`).
+   *
+   * `unsynced`: a batch made only of such writes commits without an fsync (`synchronous =
+   * NORMAL` for that one transaction): still atomic and safe from a kill of any process (the OS
+   * has the pages), but a power cut may undo it. Only for a write that nothing outside acts on
+   * before a later, synced write: a claim, whose attempt is acted on only through its dispatch
+   * marker. Every commit after it in the WAL is synced with the frames before it, so the marker
+   * cannot survive a power cut without its claim; a claim lost that way was acted on by nobody,
+   * and its job is simply QUEUED again.
    */
-  private write<T>(fn: () => T): Promise<T> {
+  private write<T>(fn: () => T, o: { unsynced?: boolean } = {}): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      this.writeQueue.push({ fn, resolve: resolve as (v: unknown) => void, reject });
+      this.writeQueue.push({
+        fn,
+        resolve: resolve as (v: unknown) => void,
+        reject,
+        unsynced: o.unsynced === true,
+      });
       if (!this.flushScheduled) {
         this.flushScheduled = true;
         setImmediate(this.flushBound);
@@ -513,7 +528,9 @@ export class SqliteStore implements Store {
     this.writeQueue = [];
     if (batch.length === 0) return;
     let results: ({ ok: true; value: unknown } | { ok: false; err: unknown })[];
+    const unsynced = batch.every((w) => w.unsynced);
     try {
+      if (unsynced) this.setting('synchronous = NORMAL');
       const busy = o.wait ? undefined : this.tryBegin();
       if (busy) {
         // Another process holds the write lock. SQLite's busy handler would sleep the whole
@@ -537,6 +554,8 @@ export class SqliteStore implements Store {
       const e = this.classifyWriteError(err);
       for (const w of batch) w.reject(e);
       return;
+    } finally {
+      if (unsynced && this.db) this.setting('synchronous = FULL');
     }
     if (this.newWork) {
       // Durable now: workers of other processes may claim it at once.
@@ -1143,59 +1162,63 @@ export class SqliteStore implements Store {
         return Promise.reject(this.classifyWriteError(err));
       }
     }
-    return this.write(() => {
-      const now = this.now();
-      const leaseExpiresAt = now + p.leaseMs;
-      // One statement takes the jobs and returns them as updated (no read-back).
-      const rows = this.rawStmt(claimSql(queues.length, p.operations.length)).all(
-        claimArgs(now, queues, p.operations, p.limit),
-      ) as JobTuple[];
-      if (rows.length === 0) return [];
-      // RETURNING has no order: the claim order is priority DESC, run_at, id.
-      if (rows.length > 1) rows.sort(claimOrder);
-      const insertAttempt = this.stmt(
-        `INSERT INTO attempts (job_id, attempt_no, request_key, request_fingerprint, state, owner_id, lease_token, leased_at, lease_expires_at)
+    return this.write(
+      () => {
+        const now = this.now();
+        const leaseExpiresAt = now + p.leaseMs;
+        // One statement takes the jobs and returns them as updated (no read-back).
+        const rows = this.rawStmt(claimSql(queues.length, p.operations.length)).all(
+          claimArgs(now, queues, p.operations, p.limit),
+        ) as JobTuple[];
+        if (rows.length === 0) return [];
+        // RETURNING has no order: the claim order is priority DESC, run_at, id.
+        if (rows.length > 1) rows.sort(claimOrder);
+        const insertAttempt = this.stmt(
+          `INSERT INTO attempts (job_id, attempt_no, request_key, request_fingerprint, state, owner_id, lease_token, leased_at, lease_expires_at)
          VALUES (?, ?, ?, ?, 'LEASED', ?, ?, ?, ?)`,
-      );
-      const detail = `{"leaseMs":${JSON.stringify(p.leaseMs)}}`;
-      const out: ClaimedAttempt[] = new Array<ClaimedAttempt>(rows.length);
-      for (let i = 0; i < rows.length; i++) {
-        const job = jobFromTuple(rows[i]!);
-        const attemptNo = job.attemptCount;
-        const token = newLeaseToken();
-        insertAttempt.run(
-          job.id,
-          attemptNo,
-          job.requestKey,
-          job.fingerprint,
-          p.ownerId,
-          token,
-          now,
-          leaseExpiresAt,
         );
-        this.event(
-          job.id,
-          attemptNo,
-          job.fingerprint,
-          'leased',
-          'QUEUED',
-          'LEASED',
-          p.ownerId,
-          detail,
-          now,
-        );
-        out[i] = {
-          job,
-          attempt: newLeasedAttempt(job, {
-            ownerId: p.ownerId,
-            leaseToken: token,
-            leasedAt: now,
+        const detail = `{"leaseMs":${JSON.stringify(p.leaseMs)}}`;
+        const out: ClaimedAttempt[] = new Array<ClaimedAttempt>(rows.length);
+        for (let i = 0; i < rows.length; i++) {
+          const job = jobFromTuple(rows[i]!);
+          const attemptNo = job.attemptCount;
+          const token = newLeaseToken();
+          insertAttempt.run(
+            job.id,
+            attemptNo,
+            job.requestKey,
+            job.fingerprint,
+            p.ownerId,
+            token,
+            now,
             leaseExpiresAt,
-          }),
-        };
-      }
-      return out;
-    });
+          );
+          this.event(
+            job.id,
+            attemptNo,
+            job.fingerprint,
+            'leased',
+            'QUEUED',
+            'LEASED',
+            p.ownerId,
+            detail,
+            now,
+          );
+          out[i] = {
+            job,
+            attempt: newLeasedAttempt(job, {
+              ownerId: p.ownerId,
+              leaseToken: token,
+              leasedAt: now,
+              leaseExpiresAt,
+            }),
+          };
+        }
+        return out;
+        // Acted on only through the dispatch marker, a synced write after it (see `write`).
+      },
+      { unsynced: true },
+    );
   }
 
   attemptDispatchMany(p: { leases: LeaseRef[] }): Promise<DispatchMarkResult[]> {
