@@ -634,6 +634,32 @@ describe('evidence trail (invariant 8)', () => {
   });
 });
 
+describe('claiming', () => {
+  it('claims when work arrives, not each time a slot frees on a drained queue', async () => {
+    const { q } = await queue({ operations: [send] });
+    const store = q.store;
+    let claims = 0;
+    const claim = store.attemptClaimMany.bind(store);
+    store.attemptClaimMany = (p) => {
+      claims++;
+      return claim(p);
+    };
+    // Polling off in effect: only the enqueues (and freed slots, if it claimed on them) wake it.
+    const w = q.worker({ operations: [send], concurrency: 10, pollIntervalMs: 60_000 });
+    await w.start();
+    const jobs = 5;
+    for (let i = 0; i < jobs; i++) {
+      const done = new Promise((r) => w.once('succeeded', r));
+      await q.enqueue(send, { to: `${i}@example.com` });
+      await done;
+    }
+    await w.stop();
+    // One claim at start and one per enqueue; a claim per freed slot and finished attempt would
+    // make it three per job.
+    expect(claims).toBeLessThanOrEqual(1 + jobs);
+  });
+});
+
 describe('graceful stop', () => {
   it('keeps heartbeating while it drains, so a long attempt finishes under its own lease', async () => {
     let effects = 0;

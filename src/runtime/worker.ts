@@ -71,10 +71,26 @@ export class Worker extends EventEmitter implements AttemptHost {
    * flight): the loop then claims again at once instead of sleeping a full poll interval.
    */
   private wakePending = false;
+  /**
+   * The last claim took fewer jobs than it asked for: nothing else was due. A freed slot then
+   * does not claim (it would find nothing, and on PostgreSQL an empty claim is still a round trip
+   * and a transaction); new work does: an enqueue, a notification, a requeued job, the poll.
+   */
+  private drained = false;
   private subscription: { close(): Promise<void> } | undefined;
   private readonly onEnqueued = (op: string) => {
-    if (this.ops.has(op)) this.wakeClaim();
+    if (this.ops.has(op)) this.workArrived();
   };
+
+  private workArrived(): void {
+    this.drained = false;
+    this.wakeClaim();
+  }
+
+  /** An execution slot or a hold freed: claim, unless the last claim found the queue drained. */
+  private roomFreed(): void {
+    if (!this.drained) this.wakeClaim();
+  }
 
   private wakeClaim(): void {
     if (this.wake) this.wake();
@@ -147,7 +163,7 @@ export class Worker extends EventEmitter implements AttemptHost {
       try {
         this.subscription = await this.store.workSubscribe({
           queues: this.settings.queues,
-          onWork: () => this.wakeClaim(),
+          onWork: () => this.workArrived(),
         });
       } catch (err) {
         // Polling still finds the work; notifications only cut latency.
@@ -283,6 +299,7 @@ export class Worker extends EventEmitter implements AttemptHost {
       leaseMs: this.settings.leaseMs,
     });
     for (const c of claimed) this.hold(c, sentAt);
+    this.drained = claimed.length < limit;
     this.pump();
     return (
       claimed.length === limit &&
@@ -303,7 +320,7 @@ export class Worker extends EventEmitter implements AttemptHost {
       slotHeld = false;
       this.executing--;
       this.pump();
-      this.wakeClaim();
+      this.roomFreed();
     };
     const done = started.then(() => run.run(freeSlot)).finally(freeSlot);
     this.inFlight.set(key, {
@@ -311,8 +328,10 @@ export class Worker extends EventEmitter implements AttemptHost {
       done: done.then(
         (end) => {
           this.inFlight.delete(key);
+          // Its own outcome may have made the job due again (a retry).
+          if (end.kind === 'finished' && end.jobState === 'QUEUED') this.drained = false;
           // A full hold (slow outcome writes) may have kept the claim loop from claiming.
-          this.wakeClaim();
+          this.roomFreed();
           this.announce(
             claimed,
             end.kind === 'finished' ? end.jobState : null,
@@ -411,6 +430,7 @@ export class Worker extends EventEmitter implements AttemptHost {
     event: 'reconciled' | 'review' | 'unknown' | 'failed' | 'retrying',
     payload: JobEvent,
   ): void {
+    if (event === 'retrying') this.workArrived();
     this.emit(event, payload);
   }
 
