@@ -136,8 +136,12 @@ enqueued AS (
   SELECT i.id, NULL, i.request_fingerprint, 'enqueued', 'QUEUED', $2, i.created_at FROM inserted i
 )`;
   /** The claim statement around its `picked` CTE (the due jobs to lease, locked). */
+  // The claim commits without waiting for its WAL flush (`synchronous_commit` off for its own
+  // transaction only): nothing acts on a claim but its dispatch marker, a synchronous commit
+  // after it, and WAL is flushed in order, so the marker is never durable without its claim. A
+  // claim lost to a server crash was acted on by nobody: its job is simply QUEUED again.
   const claim = (picked: string) => `
-WITH now AS MATERIALIZED (SELECT ${NOW} AS t),${picked},
+WITH now AS MATERIALIZED (SELECT ${NOW} AS t, set_config('synchronous_commit', 'off', true) AS async),${picked},
 leased AS (
   UPDATE ${jobs} j SET state = 'LEASED', attempt_count = j.attempt_count + 1, updated_at = now.t,
     next_check_at = NULL
