@@ -74,6 +74,7 @@ import { GroupCommit } from '../group-commit.js';
 import { WorkListener } from './listener.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS, MIGRATIONS_TABLE_SQL } from './schema.js';
 import {
+  CLAIM_LIMIT_INLINE_MAX,
   FAIL_MARK,
   quoteIdent,
   SCHEMA_NAME_RE,
@@ -120,7 +121,8 @@ const GROUP_IN_FLIGHT_MAX = 1;
 const GROUP_ITEMS_MAX = 1_000;
 /**
  * The hot statements are prepared once per pooled connection under these names, so the server
- * parses and plans each once per connection instead of once per call.
+ * parses and plans each once per connection instead of once per call. The claims' names take a
+ * suffix: their limit, or `n` for the one statement of the larger ones (CLAIM_LIMIT_INLINE_MAX).
  */
 const PREPARED = {
   jobInsertAllNew: 'reckon_job_insert_all_new',
@@ -907,10 +909,11 @@ export class PostgresStore implements Store {
     // One statement: a failure leaves nothing (or, if ambiguous, leases that simply expire).
     const queues = [...new Set(p.queues)];
     const one = queues.length === 1;
+    const inline = Number.isSafeInteger(p.limit) && p.limit <= CLAIM_LIMIT_INLINE_MAX;
     const r = await this.statement<ClaimRow>(
-      one ? PREPARED.attemptClaim : PREPARED.attemptClaimQueues,
-      one ? this.sql.attemptClaim : this.sql.attemptClaimQueues,
-      [one ? queues[0] : queues, p.operations, p.limit, p.ownerId, p.leaseMs],
+      `${one ? PREPARED.attemptClaim : PREPARED.attemptClaimQueues}_${inline ? p.limit : 'n'}`,
+      (one ? this.sql.attemptClaim : this.sql.attemptClaimQueues)(inline ? String(p.limit) : '$5'),
+      [one ? queues[0] : queues, p.operations, p.ownerId, p.leaseMs, ...(inline ? [] : [p.limit])],
     );
     return r.rows.map((row) => {
       const job = jobFromRow(row);
