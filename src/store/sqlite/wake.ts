@@ -12,7 +12,7 @@
  * removes the file. Publishers look for new sockets at most once a second, when they publish.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdirSync, readdirSync, realpathSync, unlinkSync } from 'node:fs';
+import { mkdirSync, readdirSync, realpathSync, rmdirSync, unlinkSync } from 'node:fs';
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -62,7 +62,16 @@ export class WakeChannel {
   }
 
   private listen(): Promise<void> {
-    this.listening ??= new Promise<void>((done, fail) => {
+    this.listening ??= this.listenOnce().catch((err: NodeJS.ErrnoException) => {
+      // The last subscriber of another process removed the empty directory in between.
+      if (err.code === 'ENOENT') return this.listenOnce();
+      throw err;
+    });
+    return this.listening;
+  }
+
+  private listenOnce(): Promise<void> {
+    return new Promise<void>((done, fail) => {
       mkdirSync(this.dir, { recursive: true, mode: 0o700 });
       const name = `${process.pid}-${randomBytes(4).toString('hex')}${SUFFIX}`;
       const server = createServer((socket) => {
@@ -84,7 +93,6 @@ export class WakeChannel {
         done();
       });
     });
-    return this.listening;
   }
 
   /** Tells the other processes' subscribers that new work is due. Never throws. */
@@ -142,7 +150,13 @@ export class WakeChannel {
     this.subscribers.clear();
     const server = this.server;
     this.server = undefined;
-    // Closing a listening Unix socket removes its file.
-    if (server) await new Promise<void>((done) => server.close(() => done()));
+    // Closing a listening Unix socket removes its file; the last one out removes the directory.
+    if (!server) return;
+    await new Promise<void>((done) => server.close(() => done()));
+    try {
+      rmdirSync(this.dir);
+    } catch {
+      /* other processes still listen there */
+    }
   }
 }
