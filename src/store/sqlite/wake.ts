@@ -128,8 +128,9 @@ export class WakeChannel {
       if (err.code === 'ECONNREFUSED') {
         try {
           unlinkSync(path);
+          rmdirSync(this.dir); // if that was the last one
         } catch {
-          /* another publisher removed it first */
+          /* another publisher removed it first, or others still listen */
         }
       }
       socket.destroy();
