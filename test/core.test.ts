@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { decideAfterAttempt, decideAfterLookup, decideSameKeyRetry } from '../src/core/decide.js';
 import { IllegalTransition, InvalidInput } from '../src/core/errors.js';
-import { canonicalJson, fingerprintOf } from '../src/core/json.js';
+import { canonicalJson, fingerprintOf, fingerprintOfParsed } from '../src/core/json.js';
 import { defineOperation } from '../src/core/operation.js';
 import { backoffDelayMs } from '../src/core/retry.js';
 import {
@@ -53,6 +53,9 @@ describe('canonical JSON and fingerprints', () => {
     ['a Map', { m: new Map() }, /Map at \$\.m/],
     ['NaN', { x: Number.NaN }, /non-finite/],
     ['undefined in an array', [1, undefined], /undefined at \$\[1\]/],
+    ['a symbol deep down', { a: [{ b: { c: Symbol('s') } }] }, /symbol at \$\.a\[0\]\.b\.c/],
+    ['a class instance', { a: new (class Point {})() }, /Point at \$\.a/],
+    ['Infinity in an array', { a: [0, Number.POSITIVE_INFINITY] }, /non-finite.*\$\.a\[1\]/],
   ])('rejects %s with its path', (_name, value, message) => {
     expect(() => canonicalJson(value)).toThrow(InvalidInput);
     expect(() => canonicalJson(value)).toThrow(message);
@@ -62,6 +65,24 @@ describe('canonical JSON and fingerprints', () => {
     const a: Record<string, unknown> = {};
     a.self = a;
     expect(() => canonicalJson(a)).toThrow(/cycle at \$\.self/);
+  });
+
+  it('fingerprints a stored (parsed) payload as it fingerprints the payload', () => {
+    const values: unknown[] = [
+      { seq: 1, sentAt: 2 },
+      { z: { y: [3, { b: null, a: 'é\u2028' }] }, a: -0, n: 1e21 },
+      Object.assign(Object.create(null) as object, { k: 'v' }),
+      { dropped: undefined, kept: true },
+      // eslint-disable-next-line no-sparse-arrays
+      [1, , 2],
+      'text',
+      null,
+    ];
+    for (const v of values) {
+      const stored = JSON.parse(JSON.stringify(v)) as Parameters<typeof fingerprintOfParsed>[0];
+      expect(fingerprintOfParsed(stored)).toBe(fingerprintOf(stored));
+      expect(fingerprintOf(stored)).toBe(fingerprintOf(v === undefined ? null : v));
+    }
   });
 
   it('accepts a shared (non-cyclic) reference', () => {

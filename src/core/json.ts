@@ -3,7 +3,7 @@
  * so that what the journal keeps is exactly what the operation will receive after a restart.
  * Canonical JSON (sorted keys, no whitespace) is what request fingerprints hash.
  */
-import { createHash } from 'node:crypto';
+import { createHash, hash } from 'node:crypto';
 import { InvalidInput, PayloadTooLarge } from './errors.js';
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
@@ -12,7 +12,54 @@ export type Json = null | boolean | number | string | Json[] | { [key: string]: 
 export function assertJson(value: unknown, what = 'payload'): asserts value is Json {
   if (value === undefined)
     throw new InvalidInput(`${what} is undefined; pass null or an object`, '$');
-  walk(value, '$', new Set(), what);
+  // The common case, valid data, is checked without building a path per value; only a value
+  // that fails is walked again to name where.
+  if (!isJson(value, null)) {
+    walk(value, '$', new Set(), what);
+    throw new InvalidInput(`${what} is not plain JSON data`, '$');
+  }
+}
+
+/**
+ * Is the value plain JSON data (the rules of `walk`)? `ancestors` holds the objects above it, a
+ * linked list: payloads are shallow, and a Set per payload cost more than the check itself.
+ */
+function isJson(value: unknown, ancestors: Ancestor | null): boolean {
+  switch (typeof value) {
+    case 'string':
+    case 'boolean':
+      return true;
+    case 'number':
+      return Number.isFinite(value);
+    case 'object':
+      break;
+    default:
+      return false;
+  }
+  if (value === null) return true;
+  for (let a = ancestors; a !== null; a = a.up) if (a.obj === value) return false;
+  const here: Ancestor = { obj: value, up: ancestors };
+  if (Array.isArray(value)) {
+    // forEach, as `walk` does: holes are skipped (JSON writes them as null).
+    let ok = true;
+    value.forEach((item) => {
+      if (ok && !isJson(item, here)) ok = false;
+    });
+    return ok;
+  }
+  const proto = Object.getPrototypeOf(value) as unknown;
+  if (proto !== Object.prototype && proto !== null) return false;
+  for (const k in value) {
+    if (!Object.hasOwn(value, k)) continue;
+    const v = (value as Record<string, unknown>)[k];
+    if (v !== undefined && !isJson(v, here)) return false;
+  }
+  return true;
+}
+
+interface Ancestor {
+  obj: object;
+  up: Ancestor | null;
 }
 
 function walk(value: unknown, path: string, seen: Set<object>, what: string): void {
@@ -73,7 +120,15 @@ export function canonicalJson(value: unknown): string {
 
 function canonical(value: Json): string {
   if (value === null || typeof value !== 'object') return JSON.stringify(value);
-  if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
+  if (Array.isArray(value)) {
+    // A hole is written as JSON.stringify writes it, null (`map` would leave it empty).
+    let out = '[';
+    for (let i = 0; i < value.length; i++) {
+      if (i > 0) out += ',';
+      out += i in value ? canonical(value[i] as Json) : 'null';
+    }
+    return `${out}]`;
+  }
   const keys = Object.keys(value)
     .filter((k) => value[k] !== undefined)
     .sort();
@@ -82,8 +137,22 @@ function canonical(value: Json): string {
 
 /** SHA-256 of canonical JSON, hex. */
 export function fingerprintOf(value: unknown): string {
-  return createHash('sha256').update(canonicalJson(value)).digest('hex');
+  return sha256Hex(canonicalJson(value));
 }
+
+/**
+ * `fingerprintOf` a value that `JSON.parse` returned: it is JSON data by construction, so it is
+ * not checked again.
+ */
+export function fingerprintOfParsed(value: Json): string {
+  return sha256Hex(canonical(value));
+}
+
+// crypto.hash (Node 20.12+) hashes a string in one call, without a Hash object per fingerprint.
+const sha256Hex: (text: string) => string =
+  typeof hash === 'function'
+    ? (text) => hash('sha256', text, 'hex')
+    : (text) => createHash('sha256').update(text).digest('hex');
 
 /** Serializes a validated payload and checks it against a byte limit. */
 export function encodePayload(value: unknown, what: string, limitBytes: number): string {

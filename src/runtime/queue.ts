@@ -4,7 +4,7 @@
 import { EventEmitter } from 'node:events';
 import { v7 as uuidv7 } from 'uuid';
 import { InvalidInput, JobNotFound, JobStateConflict, UnknownOperation } from '../core/errors.js';
-import { encodePayload, fingerprintOf } from '../core/json.js';
+import { encodePayload, fingerprintOf, fingerprintOfParsed, type Json } from '../core/json.js';
 import { isOperation, type Logger, type Operation, type AnyOperation } from '../core/operation.js';
 import type { JobState } from '../core/states.js';
 import { isJobState } from '../core/states.js';
@@ -150,23 +150,26 @@ export class Queue {
       actor: this.actor,
       ...(batch.transaction !== undefined ? { transaction: batch.transaction } : {}),
     });
+    // A silent logger is the default: no record is built for it (one per job of a batch).
+    const logging = this.log !== silentLogger;
     for (const r of results) {
       this.observer.enqueued({
         operation: r.job.operation,
         queue: r.job.queue,
         created: r.created,
       });
-      this.log.info(
-        {
-          jobId: r.job.id,
-          attemptNo: r.job.attemptCount,
-          fingerprint: r.job.fingerprint,
-          operation: r.job.operation,
-          state: r.job.state,
-          deduplicated: !r.created,
-        },
-        r.created ? 'job enqueued' : 'enqueue deduplicated by request key',
-      );
+      if (logging)
+        this.log.info(
+          {
+            jobId: r.job.id,
+            attemptNo: r.job.attemptCount,
+            fingerprint: r.job.fingerprint,
+            operation: r.job.operation,
+            state: r.job.state,
+            deduplicated: !r.created,
+          },
+          r.created ? 'job enqueued' : 'enqueue deduplicated by request key',
+        );
     }
     this.notifier.emit('enqueued', operation.name);
     return results.map((r) => ({ ...r.job, deduplicated: !r.created }));
@@ -207,8 +210,10 @@ export class Queue {
     }
     const inputJson = encodePayload(input, what, this.payloadBytesMax);
     // Fingerprint what will be stored, so that the journal and the hash agree after a restart.
-    const stored = JSON.parse(inputJson) as unknown;
-    const fingerprint = fingerprintOf(op.spec.fingerprint ? op.spec.fingerprint(stored) : stored);
+    const stored = JSON.parse(inputJson) as Json;
+    const fingerprint = op.spec.fingerprint
+      ? fingerprintOf(op.spec.fingerprint(stored))
+      : fingerprintOfParsed(stored);
     const id = uuidv7();
     const requestKey = this.requestKeyOf(item, id, what);
     const queue = item.queue ?? 'default';
