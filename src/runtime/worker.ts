@@ -9,7 +9,6 @@
 import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
 import { performance } from 'node:perf_hooks';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { randomBytes } from 'node:crypto';
 import { toErrorInfo, type ErrorInfo } from '../core/errors.js';
 import type { AttemptOutcome } from '../core/decide.js';
@@ -254,16 +253,24 @@ export class Worker extends EventEmitter implements AttemptHost {
     }
   }
 
-  private async nap(ms: number, stop: AbortSignal, wakeable: boolean): Promise<void> {
-    const ac = new AbortController();
-    if (wakeable) this.wake = () => ac.abort();
-    try {
-      await sleep(ms, undefined, { signal: AbortSignal.any([ac.signal, stop]) });
-    } catch {
-      /* woken or stopping */
-    } finally {
-      if (wakeable) this.wake = undefined;
-    }
+  /**
+   * Sleeps `ms`, or until `stop` aborts, or (when `wakeable`) until `wake` is called. A plain
+   * timer and callback: waking by aborting a controller built an AbortError (a DOMException, with
+   * its stack) on every freed slot, about 6 % of a SQLite worker's time at concurrency 10.
+   */
+  private nap(ms: number, stop: AbortSignal, wakeable: boolean): Promise<void> {
+    if (stop.aborted) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer);
+        stop.removeEventListener('abort', done);
+        if (this.wake === done) this.wake = undefined;
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      stop.addEventListener('abort', done, { once: true });
+      if (wakeable) this.wake = done;
+    });
   }
 
   private reportError(where: string, err: unknown): void {
