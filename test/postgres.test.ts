@@ -136,6 +136,78 @@ function dbName(url: string): string {
 describe.skipIf(pgReason !== null)(
   `PostgreSQL store${pgReason ? ` (skipped: ${pgReason})` : ''}`,
   () => {
+    describe('fenced writes on rows another transaction moves', () => {
+      it('a marker and an outcome that waited for a row lock write the rows’ new versions', async () => {
+        // The marker and outcome statements lock their rows, then update them where the lock
+        // found them (by ctid). A transaction that updated those rows first, and held them,
+        // leaves new row versions: the waiting statements must write those, not fail or miss.
+        const t = await pgDatabase();
+        const q = await queueOn(t.url);
+        const op = ledgerOp(new Map());
+        await q.enqueueMany(
+          op,
+          [1, 2, 3].map((n) => ({ input: { n }, key: `k${n}` })),
+        );
+        const store = q.store;
+        const claimed = await store.attemptClaimMany({
+          ownerId: 'w1',
+          queues: ['default'],
+          operations: [op.name],
+          limit: 3,
+          leaseMs: 60_000,
+        });
+        expect(claimed).toHaveLength(3);
+        const leases = claimed.map((c) => ({
+          jobId: c.job.id,
+          attemptNo: c.attempt.attemptNo,
+          leaseToken: c.attempt.leaseToken,
+        }));
+        const other = await client(t.url);
+        const moveRows = async () => {
+          await other.query('BEGIN');
+          // What a heartbeat does to the attempts, and a harmless write to the jobs: new
+          // versions of every row, held until COMMIT.
+          await other.query(
+            `UPDATE reckon.attempts SET lease_expires_at = lease_expires_at + interval '1 second'
+             WHERE job_id = ANY($1)`,
+            [leases.map((l) => l.jobId)],
+          );
+          await other.query(`UPDATE reckon.jobs SET updated_at = updated_at WHERE id = ANY($1)`, [
+            leases.map((l) => l.jobId),
+          ]);
+        };
+
+        await moveRows();
+        const marking = store.attemptDispatchMany({ leases });
+        await sleep(100); // the marker now waits for the locks
+        await other.query('COMMIT');
+        const marks = await marking;
+        expect(marks.map((m) => m.ok)).toEqual([true, true, true]);
+
+        await moveRows();
+        const finishing = store.attemptFinishMany({
+          finishes: leases.map((lease) => ({
+            lease,
+            state: 'SUCCEEDED' as const,
+            reason: null,
+            resultJson: '{"ok":true}',
+            error: null,
+            job: { to: 'SUCCEEDED' as const },
+            actor: 'w1',
+          })),
+        });
+        await sleep(100);
+        await other.query('COMMIT');
+        expect(await finishing).toEqual([true, true, true]);
+        for (const c of claimed) {
+          const d = await q.job(c.job.id);
+          expect(d?.job.state).toBe('SUCCEEDED');
+          expect(d?.attempts[0]?.state).toBe('SUCCEEDED');
+          expect(d?.attempts[0]?.dispatchedAt).not.toBeNull();
+        }
+      });
+    });
+
     describe('transactional enqueue (outbox)', () => {
       it('a job enqueued in the caller’s transaction exists iff it commits, and then runs', async () => {
         const t = await pgDatabase();

@@ -81,6 +81,11 @@ function jobColumns(alias: string): string {
  * `input` row (columns job_id, attempt_no) in job id order, so that concurrent batches never wait
  * on each other in a cycle (the same order as every other fenced write). `now` is the clock once
  * every lock is held: it is read above the lock for each row, and the latest one is kept.
+ *
+ * The writes that follow find the locked rows by primary key, and test only what the lock step
+ * did not already judge on rows nobody else can change while this statement holds them: a
+ * `state = 'LEASED'` test on attempts let the planner read every LEASED attempt along the
+ * partial indexes instead (attempts_expiry, attempts_one_lease), in a nested loop with the batch.
  */
 function lockedLeases(jobs: string, attempts: string): string {
   return `
@@ -90,7 +95,9 @@ locked AS MATERIALIZED (
     SELECT j.id, j.queue, j.state AS job_state, j.attempt_count, j.request_fingerprint,
       a.attempt_no, a.state, a.lease_token, a.lease_expires_at, a.dispatched_at, a.owner_id
     FROM ${jobs} j JOIN ${attempts} a ON a.job_id = j.id
-    WHERE (a.job_id, a.attempt_no) IN (SELECT i.job_id, i.attempt_no FROM input i)
+    -- By primary key whatever the plan (a merge join walked attempts_pkey across other leases).
+    WHERE a.job_id = ANY (ARRAY(SELECT i.job_id FROM input i))
+      AND (a.job_id, a.attempt_no) IN (SELECT i.job_id, i.attempt_no FROM input i)
     ORDER BY j.id
     FOR UPDATE OF j, a
   ) l
@@ -159,15 +166,17 @@ leased AS (
   FROM now
   -- By primary key whatever the plan: a generic plan must not guess picked is big and scan jobs.
   WHERE j.id = ANY (ARRAY(SELECT picked.id FROM picked)) AND j.state = 'QUEUED'
-  RETURNING j.*
+  -- The new attempt's token and times, made here so that the answer needs no join of the job
+  -- with its attempt (planned as a nested loop on the CTEs' guessed sizes: quadratic).
+  RETURNING j.*, gen_random_uuid()::text AS a_lease_token, now.t AS a_leased_at,
+    now.t + ${millis('$4')} AS a_lease_expires_at
 ),
 attempt AS (
   INSERT INTO ${attempts} (job_id, attempt_no, request_key, request_fingerprint, state, owner_id,
     lease_token, leased_at, lease_expires_at)
   SELECT l.id, l.attempt_count, l.request_key, l.request_fingerprint, 'LEASED', $3,
-    gen_random_uuid()::text, now.t, now.t + ${millis('$4')}
-  FROM leased l, now
-  RETURNING job_id, lease_token, leased_at, lease_expires_at
+    l.a_lease_token, l.a_leased_at, l.a_lease_expires_at
+  FROM leased l
 ),
 leased_event AS (
   INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, from_state, to_state, actor, detail_json, at)
@@ -176,9 +185,9 @@ leased_event AS (
   FROM leased l, now
 )
 SELECT ${jobColumns('l')},
-  a.lease_token AS a_lease_token, ${toMs('a.leased_at')} AS a_leased_at,
-  ${toMs('a.lease_expires_at')} AS a_lease_expires_at
-FROM leased l JOIN attempt a ON a.job_id = l.id
+  l.a_lease_token, ${toMs('l.a_leased_at')} AS a_leased_at,
+  ${toMs('l.a_lease_expires_at')} AS a_lease_expires_at
+FROM leased l
 ORDER BY l.priority DESC, l.run_at, l.id`;
   return {
     // ------------------------------------------------------------ lifecycle
@@ -435,8 +444,9 @@ first_bad AS MATERIALIZED (SELECT min(ord) AS ord FROM judged WHERE status = 'tw
 marked AS (
   UPDATE ${attempts} a SET dispatched_at = now.t
   FROM judged g, now
+  -- Judged LEASED on the locked row: no state test here (see lockedLeases).
   WHERE g.status = 'ok' AND a.job_id = g.job_id AND a.attempt_no = g.attempt_no
-    AND a.lease_token = g.lease_token AND a.state = 'LEASED' AND a.dispatched_at IS NULL
+    AND a.lease_token = g.lease_token AND a.dispatched_at IS NULL
     AND a.lease_expires_at > now.t
   RETURNING a.job_id
 ),
@@ -499,8 +509,9 @@ ended AS (
   UPDATE ${attempts} a SET state = g.state, finished_at = now.t, result_json = g.result_json,
     error_json = g.error_json, reason = g.reason
   FROM judged g, now
+  -- Judged LEASED on the locked row: no state test here (see lockedLeases).
   WHERE g.applies AND NOT g.bad AND a.job_id = g.job_id AND a.attempt_no = g.attempt_no
-    AND a.lease_token = g.lease_token AND a.state = 'LEASED'
+    AND a.lease_token = g.lease_token
   RETURNING a.job_id
 ),
 moved AS (
