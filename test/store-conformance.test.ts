@@ -289,14 +289,30 @@ describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
         newJob('v2', { operation: 'op.b', runAt: now + 2_000, maxAttempts: 1, timeoutMs: 7 }),
         newJob('v3', { backoff: { initialMs: 1, factor: 1, maxMs: 1 }, inputJson: '[1,"x",null]' }),
       );
+      // Text that array literals must escape: quotes, backslashes, commas, braces, NULL, unicode.
+      const odd = 'a"b\\c,{d} NULL \u{1F600}';
+      const escaped = await insert(
+        newJob(`${odd}-1`, { inputJson: JSON.stringify({ odd }), runId: odd, stepId: '' }),
+        newJob(`${odd}-2`, { inputJson: JSON.stringify([odd, '\n']), runId: 'NULL' }),
+      );
+      const shared2 = await insert(newJob('NULL', { runId: odd }), newJob('{}', { runId: odd }));
       // The general path: a dedup beside a new job.
       const mixed = await insert(newJob('s1'), newJob('m1', { delayMs: 250 }));
-      for (const r of [...shared, ...varying, ...mixed]) {
+      for (const r of [...shared, ...varying, ...escaped, ...shared2, ...mixed]) {
         expect((await detail(r.job.id)).job).toEqual(r.job);
       }
       expect(mixed.map((r) => r.created)).toEqual([false, true]);
       expect(varying[0]!.job.runAt - varying[0]!.job.createdAt).toBe(1_500);
       expect(varying[1]!.job.runAt).toBe(now + 2_000);
+      expect(escaped.map((r) => [r.job.requestKey, r.job.runId, r.job.stepId])).toEqual([
+        [`${odd}-1`, odd, ''],
+        [`${odd}-2`, 'NULL', null],
+      ]);
+      expect(escaped[1]!.job.input).toEqual([odd, '\n']);
+      expect(shared2.map((r) => [r.job.requestKey, r.job.runId])).toEqual([
+        ['NULL', odd],
+        ['{}', odd],
+      ]);
     });
 
     it('one call naming a key twice is judged as two calls in a row', async () => {
