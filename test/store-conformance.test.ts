@@ -281,6 +281,55 @@ describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
       expect(claimed.map((c) => c.job.requestKey)).toEqual(['past']);
     });
 
+    it('answers each new job exactly as reading it back gives, for shared and varying columns', async () => {
+      const now = await store.clockNow();
+      const shared = await insert(newJob('s1'), newJob('s2'), newJob('s3'));
+      const varying = await insert(
+        newJob('v1', { queue: 'other', priority: -3, delayMs: 1_500, runId: 'r1', stepId: 'a' }),
+        newJob('v2', { operation: 'op.b', runAt: now + 2_000, maxAttempts: 1, timeoutMs: 7 }),
+        newJob('v3', { backoff: { initialMs: 1, factor: 1, maxMs: 1 }, inputJson: '[1,"x",null]' }),
+      );
+      // Text that array literals must escape: quotes, backslashes, commas, braces, NULL, unicode.
+      const odd = 'a"b\\c,{d} NULL \u{1F600}';
+      const escaped = await insert(
+        newJob(`${odd}-1`, { inputJson: JSON.stringify({ odd }), runId: odd, stepId: '' }),
+        newJob(`${odd}-2`, { inputJson: JSON.stringify([odd, '\n']), runId: 'NULL' }),
+      );
+      const shared2 = await insert(newJob('NULL', { runId: odd }), newJob('{}', { runId: odd }));
+      // The general path: a dedup beside a new job.
+      const mixed = await insert(newJob('s1'), newJob('m1', { delayMs: 250 }));
+      for (const r of [...shared, ...varying, ...escaped, ...shared2, ...mixed]) {
+        expect((await detail(r.job.id)).job).toEqual(r.job);
+      }
+      expect(mixed.map((r) => r.created)).toEqual([false, true]);
+      expect(varying[0]!.job.runAt - varying[0]!.job.createdAt).toBe(1_500);
+      expect(varying[1]!.job.runAt).toBe(now + 2_000);
+      expect(escaped.map((r) => [r.job.requestKey, r.job.runId, r.job.stepId])).toEqual([
+        [`${odd}-1`, odd, ''],
+        [`${odd}-2`, 'NULL', null],
+      ]);
+      expect(escaped[1]!.job.input).toEqual([odd, '\n']);
+      expect(shared2.map((r) => [r.job.requestKey, r.job.runId])).toEqual([
+        ['NULL', odd],
+        ['{}', odd],
+      ]);
+    });
+
+    it('one call naming a key twice is judged as two calls in a row', async () => {
+      const [first, again] = await insert(newJob('twice'), newJob('twice'));
+      expect(first).toMatchObject({ created: true, job: { requestKey: 'twice' } });
+      expect(again).toEqual({ created: false, job: first!.job });
+      expect((await detail(first!.job.id)).events.map((e) => e.kind)).toEqual([
+        'enqueued',
+        'enqueue-deduplicated',
+      ]);
+      const err = await insert(newJob('fresh'), newJob('k9'), newJob('k9', { fingerprint: 'x' }))
+        .then(() => null)
+        .catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(RequestKeyConflict);
+      expect((await store.jobList({ limit: 10 })).map((j) => j.requestKey)).toEqual(['twice']);
+    });
+
     if (kind === 'sqlite') {
       it('rejects a caller transaction: SQLite cannot join one (InvalidInput)', async () => {
         await expect(
@@ -325,6 +374,49 @@ describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
         'enqueued',
         'enqueue-deduplicated',
       ]);
+    });
+
+    // Calls made together while another runs are merged into one store call (PostgreSQL's group
+    // commit); each caller must still be judged alone, as if the calls came one after the other.
+    it('concurrent callers of one new key with one fingerprint: one creates it, the other is a dedup', async () => {
+      const [, a, b] = await Promise.all([
+        insert(newJob('first-in-line')),
+        insert(newJob('same'), newJob('a-own')),
+        insert(newJob('b-own'), newJob('same')),
+      ]);
+      const same = [a[0]!, b[1]!];
+      expect(same.map((r) => r.created).sort()).toEqual([false, true]);
+      const created = same.find((r) => r.created)!;
+      expect(same.find((r) => !r.created)!.job).toEqual(created.job);
+      expect([a[1]!.created, b[0]!.created]).toEqual([true, true]);
+      const d = await detail(created.job.id);
+      expect(d.job).toEqual(created.job);
+      expect(d.events.map((e) => e.kind)).toEqual(['enqueued', 'enqueue-deduplicated']);
+      expect(await store.jobList({ limit: 10 })).toHaveLength(4);
+    });
+
+    it('concurrent callers of one new key with different fingerprints: one commits, one conflicts', async () => {
+      const [, a, b] = await Promise.allSettled([
+        insert(newJob('first-in-line')),
+        insert(newJob('same'), newJob('a-own')),
+        insert(newJob('b-own'), newJob('same', { fingerprint: 'other' })),
+      ]);
+      const settled = [a, b];
+      const won = settled.filter((r) => r.status === 'fulfilled');
+      const lost = settled.filter((r) => r.status === 'rejected');
+      expect(won).toHaveLength(1);
+      expect(lost).toHaveLength(1);
+      expect(lost[0]!.status === 'rejected' && lost[0]!.reason).toBeInstanceOf(RequestKeyConflict);
+      const winner = won[0]!.status === 'fulfilled' ? won[0]!.value : [];
+      expect(winner.map((r) => r.created)).toEqual([true, true]);
+      const job = winner.find((r) => r.job.requestKey === 'same')!.job;
+      expect(job.fingerprint).toBe(a === won[0] ? 'fp-same' : 'other');
+      const d = await detail(job.id);
+      expect(d.job).toEqual(job);
+      expect(d.events.map((e) => e.kind)).toEqual(['enqueued']);
+      // The loser wrote nothing: its own other job is not there either.
+      const keys = (await store.jobList({ limit: 10 })).map((j) => j.requestKey).sort();
+      expect(keys).toEqual(['first-in-line', 'same', a === won[0] ? 'a-own' : 'b-own'].sort());
     });
 
     it('concurrent markers and outcomes of different attempts each get their own answer', async () => {

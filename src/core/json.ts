@@ -3,7 +3,7 @@
  * so that what the journal keeps is exactly what the operation will receive after a restart.
  * Canonical JSON (sorted keys, no whitespace) is what request fingerprints hash.
  */
-import { createHash, hash } from 'node:crypto';
+import * as nodeCrypto from 'node:crypto';
 import { InvalidInput, PayloadTooLarge } from './errors.js';
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
@@ -135,6 +135,15 @@ function canonical(value: Json): string {
   return `{${keys.map((k) => `${JSON.stringify(k)}:${canonical(value[k] as Json)}`).join(',')}}`;
 }
 
+/**
+ * SHA-256 of a string, hex. One-shot `crypto.hash` (Node 20.12+) is about 3x faster than a
+ * `createHash` object for inputs this small; older Node 20 releases have only the latter.
+ */
+const sha256Hex: (text: string) => string =
+  typeof (nodeCrypto as { hash?: unknown }).hash === 'function'
+    ? (text) => nodeCrypto.hash('sha256', text, 'hex')
+    : (text) => nodeCrypto.createHash('sha256').update(text).digest('hex');
+
 /** SHA-256 of canonical JSON, hex. */
 export function fingerprintOf(value: unknown): string {
   return sha256Hex(canonicalJson(value));
@@ -147,12 +156,6 @@ export function fingerprintOf(value: unknown): string {
 export function fingerprintOfParsed(value: Json): string {
   return sha256Hex(canonical(value));
 }
-
-// crypto.hash (Node 20.12+) hashes a string in one call, without a Hash object per fingerprint.
-const sha256Hex: (text: string) => string =
-  typeof hash === 'function'
-    ? (text) => hash('sha256', text, 'hex')
-    : (text) => createHash('sha256').update(text).digest('hex');
 
 /** Serializes a validated payload and checks it against a byte limit. */
 export function encodePayload(value: unknown, what: string, limitBytes: number): string {

@@ -6,7 +6,7 @@ import type { ErrorInfo } from '../core/errors.js';
 import type { Json } from '../core/json.js';
 import type { BackoffPolicy } from '../core/retry.js';
 import type { AttemptState, JobState, Resolution } from '../core/states.js';
-import type { AttemptRecord, EventRecord, JobRecord } from './store.js';
+import type { AttemptRecord, EventRecord, JobInsert, JobRecord } from './store.js';
 
 type Time = number | string | Date | bigint;
 type MaybeTime = Time | null;
@@ -179,5 +179,38 @@ export function newLeasedAttempt(
     resolutionSource: null,
     resolutionEvidence: null,
     resolvedAt: null,
+  };
+}
+
+/**
+ * The job an enqueue has just inserted for `j` at `now` (the store's clock, epoch ms): QUEUED,
+ * due at `j.runAt`, or `j.delayMs` after now, exactly as both stores' insert computes `run_at`.
+ * Equal to what reading the new row back gives (`jobFromRow`), so neither store has to.
+ * `backoffJson` is `j.backoff` as written, when the caller has already serialized it.
+ */
+export function newQueuedJob(j: JobInsert, now: number, backoffJson?: string): JobRecord {
+  return {
+    id: j.id,
+    queue: j.queue,
+    operation: j.operation,
+    input: JSON.parse(j.inputJson) as Json,
+    requestKey: j.requestKey,
+    fingerprint: j.fingerprint,
+    runId: j.runId,
+    stepId: j.stepId,
+    state: 'QUEUED',
+    priority: j.priority,
+    runAt: j.runAt ?? now + j.delayMs,
+    createdAt: now,
+    updatedAt: now,
+    finishedAt: null,
+    attemptCount: 0,
+    maxAttempts: j.maxAttempts,
+    backoff: JSON.parse(backoffJson ?? JSON.stringify(j.backoff)) as BackoffPolicy,
+    timeoutMs: j.timeoutMs,
+    nextCheckAt: null,
+    lookupFailures: 0,
+    result: null,
+    error: null,
   };
 }

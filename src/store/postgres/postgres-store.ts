@@ -44,6 +44,7 @@ import {
   jobFromRow,
   jsonOrNull,
   newLeasedAttempt,
+  newQueuedJob,
   toMs,
   type AttemptRow,
   type EventRow,
@@ -76,6 +77,7 @@ import { LATEST_SCHEMA_VERSION, MIGRATIONS, MIGRATIONS_TABLE_SQL } from './schem
 import {
   CLAIM_LIMIT_INLINE_MAX,
   FAIL_MARK,
+  NEW_JOB_SHARED,
   quoteIdent,
   SCHEMA_NAME_RE,
   statements,
@@ -596,30 +598,29 @@ export class PostgresStore implements Store {
   }
 
   /**
-   * The common case, every key new, is one statement (insert, events, wake-ups); when a key
-   * exists it writes nothing and the general path below decides in a transaction (dedup or
-   * RequestKeyConflict).
+   * The common case, every key new, is one statement (insert, events, wake-ups) that reads
+   * nothing back; when a key exists, or the jobs (merged callers) name one twice, it writes
+   * nothing and the general path below decides in a transaction (dedup or RequestKeyConflict).
    */
   private async insertNow(jobs: JobInsert[], actor: string): Promise<JobInsertResult[]> {
-    let r: pg.QueryResult<JobRow>;
+    const keys = new Set<string>();
+    for (const j of jobs) keys.add(j.requestKey);
+    if (keys.size < jobs.length) return this.tx((c) => this.insertJobs(c, jobs, actor));
+    const { params, backoffJson } = newJobParams(jobs);
+    const queues = [...new Set(jobs.map((j) => j.queue))];
+    let r: pg.QueryResult<{ now: number }>;
     try {
-      r = await this.statement<JobRow>(
+      r = await this.statement<{ now: number }>(
         PREPARED.jobInsertAllNew,
         this.sql.jobInsertAllNew,
-        [JSON.stringify(jobs.map(insertRow)), actor, jobs.length, this.channel],
-        (what) => new NotAllNew(what),
+        [...params, actor, queues, this.channel],
       );
     } catch (err) {
-      if (!(err instanceof NotAllNew)) throw err;
+      if (!isRequestKeyTaken(err)) throw err;
       return this.tx((c) => this.insertJobs(c, jobs, actor));
     }
-    assert(r.rows.length === jobs.length, 'every new job was inserted');
-    const byKey = new Map(r.rows.map((row) => [row.request_key, row]));
-    return jobs.map((j) => {
-      const row = byKey.get(j.requestKey);
-      assert(row, `request key ${j.requestKey} was inserted`);
-      return { job: jobFromRow(row), created: true };
-    });
+    const now = r.rows[0]!.now;
+    return jobs.map((j, i) => ({ job: newQueuedJob(j, now, backoffJson[i]), created: true }));
   }
 
   /**
@@ -650,25 +651,47 @@ export class PostgresStore implements Store {
     }
   }
 
+  /**
+   * The general enqueue, inside a transaction (ours or the caller's). Each job is judged as if
+   * the jobs came one call after the other: the first job naming a key inserts it when it is
+   * new; a job whose key exists by then (in the store, or from an earlier job of these) gets
+   * that job when the fingerprints match (a recorded dedup), else the whole call fails with
+   * RequestKeyConflict and writes nothing (invariant 9).
+   */
   private async insertJobs(
     c: Queryable,
     jobs: JobInsert[],
     actor: string,
   ): Promise<JobInsertResult[]> {
-    const rows = jobs.map(insertRow);
-    const inserted = await c.query<JobRow>(this.sql.jobInsert, [JSON.stringify(rows), actor]);
-    const byKey = new Map<string, JobInsertResult>();
-    for (const row of inserted.rows)
-      byKey.set(row.request_key, { job: jobFromRow(row), created: true });
-    const missing = jobs.filter((j) => !byKey.has(j.requestKey));
-    if (missing.length > 0) {
-      // A new statement sees rows that concurrent enqueues committed while this one waited.
+    const firsts = new Map<string, JobInsert>();
+    for (const j of jobs) if (!firsts.has(j.requestKey)) firsts.set(j.requestKey, j);
+    const batch = firsts.size === jobs.length ? jobs : [...firsts.values()];
+    const { params, backoffJson } = newJobParams(batch);
+    const r = await c.query<{ now: number; ids: string[] }>(this.sql.jobInsert, [
+      ...params,
+      actor,
+      this.channel,
+    ]);
+    const now = r.rows[0]!.now;
+    const inserted = new Set(r.rows[0]!.ids);
+    const results = new Array<JobInsertResult | undefined>(jobs.length);
+    const backoffOf = new Map(batch.map((j, i) => [j, backoffJson[i]]));
+    const later: number[] = [];
+    jobs.forEach((j, i) => {
+      if (firsts.get(j.requestKey) === j && inserted.has(j.id))
+        results[i] = { job: newQueuedJob(j, now, backoffOf.get(j)), created: true };
+      else later.push(i);
+    });
+    if (later.length > 0) {
+      // A new statement sees rows that concurrent enqueues committed while this one waited, and
+      // those this call has just inserted.
       const existing = await c.query<JobRow>(this.sql.jobByKeys, [
-        missing.map((j) => j.requestKey),
+        [...new Set(later.map((i) => jobs[i]!.requestKey))],
       ]);
-      const found = new Map(existing.rows.map((r) => [r.request_key, r]));
+      const found = new Map(existing.rows.map((row) => [row.request_key, row]));
       const dedup: EventWrite[] = [];
-      for (const j of missing) {
+      for (const i of later) {
+        const j = jobs[i]!;
         const row = found.get(j.requestKey);
         assert(row, `request key ${j.requestKey} was neither inserted nor found`);
         if (row.request_fingerprint !== j.fingerprint) {
@@ -681,7 +704,7 @@ export class PostgresStore implements Store {
           );
         }
         const job = jobFromRow(row);
-        byKey.set(j.requestKey, { job, created: false });
+        results[i] = { job, created: false };
         dedup.push(
           this.event(job, {
             attemptNo: null,
@@ -691,15 +714,10 @@ export class PostgresStore implements Store {
           }),
         );
       }
-      const now = await this.clockOn(c);
-      await c.query(this.sql.eventInsert, [JSON.stringify(dedup), now]);
+      const eventsAt = await this.clockOn(c);
+      await c.query(this.sql.eventInsert, [JSON.stringify(dedup), eventsAt]);
     }
-    if (inserted.rows.length > 0) {
-      // Delivered at commit (the caller's, for a transactional enqueue), never before.
-      const queues = [...new Set(inserted.rows.map((r) => r.queue))];
-      await c.query(this.sql.notify, [queues, this.channel]);
-    }
-    return jobs.map((j) => byKey.get(j.requestKey)!);
+    return results as JobInsertResult[];
   }
 
   async jobGet(p: { id: string }): Promise<JobDetail | null> {
@@ -1211,28 +1229,77 @@ function failedCheck(err: unknown): string | undefined {
   return end >= 0 ? rest.slice(0, end) : rest;
 }
 
-/** A job as `jobInsert` and `jobInsertAllNew` take it. */
-function insertRow(j: JobInsert): Record<string, unknown> {
-  return {
-    id: j.id,
-    queue: j.queue,
-    operation: j.operation,
-    input_json: j.inputJson,
-    request_key: j.requestKey,
-    request_fingerprint: j.fingerprint,
-    run_id: j.runId,
-    step_id: j.stepId,
-    priority: j.priority,
-    delay_ms: j.delayMs,
-    run_at: j.runAt,
-    max_attempts: j.maxAttempts,
-    backoff_json: JSON.stringify(j.backoff),
-    timeout_ms: j.timeoutMs,
-  };
+/**
+ * The parameters of new jobs as `jobInsert` and `jobInsertAllNew` take them (sql.ts
+ * `NEW_JOB_SHARED`): ids, keys, fingerprints and inputs as arrays; every other column as one
+ * scalar when all the jobs share its value, else as an array. Also each job's backoff as written
+ * (jobs of one operation share one policy object: serialized once).
+ */
+function newJobParams(jobs: JobInsert[]): { params: unknown[]; backoffJson: string[] } {
+  const n = jobs.length;
+  const ids = new Array<string>(n);
+  const keys = new Array<string>(n);
+  const fingerprints = new Array<string>(n);
+  const inputs = new Array<string>(n);
+  const backoffJson = new Array<string>(n);
+  let lastBackoff: unknown = undefined;
+  let lastJson = '';
+  for (let i = 0; i < n; i++) {
+    const j = jobs[i]!;
+    ids[i] = j.id;
+    keys[i] = j.requestKey;
+    fingerprints[i] = j.fingerprint;
+    inputs[i] = j.inputJson;
+    if (j.backoff !== lastBackoff) {
+      lastBackoff = j.backoff;
+      lastJson = JSON.stringify(j.backoff);
+    }
+    backoffJson[i] = lastJson;
+  }
+  const params: unknown[] = [ids, keys, fingerprints, inputs];
+  for (const [name] of NEW_JOB_SHARED) {
+    const values: unknown[] =
+      name === 'backoff_json' ? backoffJson : jobs.map((j) => sharedColumn(j, name));
+    const first = values[0];
+    if (values.every((v) => v === first)) params.push(first, []);
+    else params.push(null, values);
+  }
+  return { params, backoffJson };
 }
 
-/** The one-statement enqueue met a request key that exists: nothing was written. */
-class NotAllNew extends Error {}
+function sharedColumn(j: JobInsert, name: (typeof NEW_JOB_SHARED)[number][0]): unknown {
+  switch (name) {
+    case 'queue':
+      return j.queue;
+    case 'operation':
+      return j.operation;
+    case 'run_id':
+      return j.runId;
+    case 'step_id':
+      return j.stepId;
+    case 'priority':
+      return j.priority;
+    case 'delay_ms':
+      return j.delayMs;
+    case 'run_at':
+      return j.runAt;
+    case 'max_attempts':
+      return j.maxAttempts;
+    case 'backoff_json':
+      return JSON.stringify(j.backoff);
+    case 'timeout_ms':
+      return j.timeoutMs;
+  }
+}
+
+/** A unique violation of the request key: some job of the insert names a key that exists. */
+function isRequestKeyTaken(err: unknown): boolean {
+  const e = err as { code?: unknown; constraint?: unknown };
+  return e.code === '23505' && e.constraint === REQUEST_KEY_CONSTRAINT;
+}
+
+/** The UNIQUE constraint of jobs.request_key (schema.ts), as PostgreSQL names it. */
+const REQUEST_KEY_CONSTRAINT = 'jobs_request_key_key';
 
 /** The caller's client for a transactional enqueue: anything with pg's `query` method. */
 function callerClient(transaction: unknown): Queryable {

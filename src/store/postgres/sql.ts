@@ -8,7 +8,7 @@
  * in are epoch milliseconds (`bigint`), converted exactly by `fromMs`; the hot paths also send
  * times back as epoch milliseconds (`toMs`), which the driver reads as plain numbers. Batches
  * travel as one JSON array parameter unpacked by `json_to_recordset`, or, on the worker's hot
- * paths, as one array per column unpacked by `unnest`.
+ * paths and the enqueue, as one array per column unpacked by `unnest`.
  *
  * The worker's hot writes (claim, dispatch marker, outcome) and the common enqueue are each ONE
  * statement: a data-modifying CTE that locks, judges the fence, writes and appends its events.
@@ -125,6 +125,28 @@ const FIRST_OF_LEASE = `i.ord = min(i.ord) OVER (PARTITION BY i.job_id, i.attemp
  */
 export const CLAIM_LIMIT_INLINE_MAX = 8;
 
+/**
+ * The columns of a new job that the jobs of one batch often share (one operation, one queue, one
+ * retry policy …), each a pair of parameters (a scalar and an array, see `newJobs`), after the
+ * four that are always arrays: $1 id, $2 request_key, $3 request_fingerprint, $4 input_json.
+ * Times in epoch ms; a null run_at means delay_ms after now.
+ */
+export const NEW_JOB_SHARED = [
+  ['queue', 'text'],
+  ['operation', 'text'],
+  ['run_id', 'text'],
+  ['step_id', 'text'],
+  ['priority', 'int'],
+  ['delay_ms', 'bigint'],
+  ['run_at', 'bigint'],
+  ['max_attempts', 'int'],
+  ['backoff_json', 'text'],
+  ['timeout_ms', 'bigint'],
+] as const;
+
+/** How many parameters the new jobs take in `jobInsert` and `jobInsertAllNew`. */
+export const NEW_JOB_PARAM_COUNT = 4 + 2 * NEW_JOB_SHARED.length;
+
 export type Statements = ReturnType<typeof statements>;
 
 export function statements(schema: string) {
@@ -133,26 +155,32 @@ export function statements(schema: string) {
   const attempts = `${s}.attempts`;
   const events = `${s}.events`;
   /**
-   * CTEs `inserted` (the jobs of $1 whose request key is new, as inserted) and `enqueued` (their
-   * events, actor $2), after a `now` CTE: the insert that `jobInsert` and `jobInsertAllNew` share.
+   * CTEs `now` and `input` (the new jobs, one row per index of the id array): the parameters
+   * `jobInsert` and `jobInsertAllNew` share (see `NEW_JOB_SHARED`), after which the next parameter
+   * is the actor. A column that every job of the batch shares travels once, as a scalar (its
+   * array empty); otherwise the scalar is null and the array holds one value per job. Each
+   * column of `input` is therefore coalesce(scalar, array element): unnest pads an empty array
+   * with nulls.
    */
-  const insertNew = `
-inserted AS (
+  const newJobs = `
+WITH now AS MATERIALIZED (SELECT ${NOW} AS t),
+input AS (
+  SELECT u.id, u.request_key, u.request_fingerprint, u.input_json,
+    ${NEW_JOB_SHARED.map(([name, type], k) => `coalesce($${5 + 2 * k}::${type}, u.${name}) AS ${name}`).join(',\n    ')}
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[],
+    ${NEW_JOB_SHARED.map(([, type], k) => `$${6 + 2 * k}::${type}[]`).join(', ')})
+    AS u(id, request_key, request_fingerprint, input_json,
+      ${NEW_JOB_SHARED.map(([name]) => name).join(', ')})
+)`;
+  /** The INSERT of `input` into jobs (the ON CONFLICT clause, RETURNING … follow it). */
+  const insertJobs = `
   INSERT INTO ${jobs} (id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id,
     state, priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms)
   SELECT n.id, n.queue, n.operation, n.input_json, n.request_key, n.request_fingerprint, n.run_id, n.step_id,
     'QUEUED', n.priority, coalesce(${fromMs('n.run_at')}, now.t + ${millis('n.delay_ms')}), now.t, now.t,
     n.max_attempts, n.backoff_json, n.timeout_ms
-  FROM json_to_recordset($1::json) AS n(id text, queue text, operation text, input_json text,
-    request_key text, request_fingerprint text, run_id text, step_id text, priority int,
-    delay_ms bigint, run_at bigint, max_attempts int, backoff_json text, timeout_ms bigint), now
-  ON CONFLICT (request_key) DO NOTHING
-  RETURNING *
-),
-enqueued AS (
-  INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, to_state, actor, at)
-  SELECT i.id, NULL, i.request_fingerprint, 'enqueued', 'QUEUED', $2, i.created_at FROM inserted i
-)`;
+  FROM input n, now`;
+  const actor = `$${NEW_JOB_PARAM_COUNT + 1}`;
   /** The claim statement around its `picked` CTE (the due jobs to lease, locked). */
   // The claim commits without waiting for its WAL flush (`synchronous_commit` off for its own
   // transaction only): nothing acts on a claim but its dispatch marker, a synchronous commit
@@ -295,31 +323,45 @@ FROM (
     // ------------------------------------------------------------ jobs
 
     /**
-     * $1 JSON array of new jobs { id, queue, operation, input_json, request_key,
-     * request_fingerprint, run_id, step_id, priority, delay_ms, run_at (ms or null), max_attempts,
-     * backoff_json, timeout_ms }, $2 actor. Inserts those whose request key is new, with their
-     * `enqueued` events; returns the inserted rows. Existing keys are left to the caller.
+     * The new jobs (`NEW_JOB_SHARED`), then the actor and the channel. Inserts those whose request
+     * key is new, with their `enqueued` events, and wakes their queues (at commit). Existing keys
+     * are left to the caller, who must not name a key twice in one call. Returns one row: now
+     * (epoch ms, the jobs' created_at) and the ids inserted.
      */
-    jobInsert: `
-WITH now AS MATERIALIZED (SELECT ${NOW} AS t),${insertNew}
-SELECT * FROM inserted`,
+    jobInsert: `${newJobs},
+inserted AS (${insertJobs}
+  ON CONFLICT (request_key) DO NOTHING
+  RETURNING id, queue, request_fingerprint
+),
+enqueued AS (
+  INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, to_state, actor, at)
+  SELECT i.id, NULL, i.request_fingerprint, 'enqueued', 'QUEUED', ${actor}, now.t FROM inserted i, now
+)
+SELECT ${toMs('now.t')} AS now, ARRAY(SELECT i.id FROM inserted i) AS ids,
+  (SELECT count(pg_notify($${NEW_JOB_PARAM_COUNT + 2}::text, q.queue))
+     FROM (SELECT DISTINCT queue FROM inserted) q) AS woken
+FROM now`,
 
     /**
-     * The common enqueue in ONE statement: `jobInsert` when every request key is new, plus the
-     * wake-ups. $1 and $2 as for `jobInsert`, $3 the number of jobs in $1, $4 the channel. When
-     * some key already exists (or $1 names one twice), it aborts with a `fail` ("not all new")
-     * and writes nothing: the caller then runs the general path (`jobInsert`, `jobByKeys` …) in a
-     * transaction. Returns the inserted rows, times as epoch ms.
+     * The common enqueue in ONE statement, every request key new: the jobs (`NEW_JOB_SHARED`),
+     * their `enqueued` events (actor next), and the wake-ups of the queues that follow ($+2 as
+     * text[], $+3 the channel). A plain insert: a request key that exists (or that the batch
+     * names twice) aborts it with a unique violation of `jobs_request_key_key` and nothing is
+     * written; the caller then runs `jobInsert` and the dedup judgement in a transaction. (ON
+     * CONFLICT would cost a speculative insertion per row, for the rare case.) Nothing is read
+     * back: the store knows every value but the clock. Returns one row: now (epoch ms).
      */
-    jobInsertAllNew: `
-WITH now AS MATERIALIZED (SELECT ${NOW} AS t),${insertNew},
-checked AS MATERIALIZED (
-  SELECT CASE WHEN count(*) <> $3::int THEN ${fail(`'not all new: ' || count(*)`)} END AS violated,
-    (SELECT count(pg_notify($4::text, q.queue)) FROM (SELECT DISTINCT queue FROM inserted) q) AS woken
-  FROM inserted
+    jobInsertAllNew: `${newJobs},
+inserted AS (${insertJobs}
+),
+enqueued AS (
+  INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, to_state, actor, at)
+  SELECT n.id, NULL, n.request_fingerprint, 'enqueued', 'QUEUED', ${actor}, now.t FROM input n, now
 )
-SELECT c.violated, c.woken, ${jobColumns('i')}
-FROM checked c JOIN inserted i ON true`,
+SELECT ${toMs('now.t')} AS now,
+  (SELECT count(pg_notify($${NEW_JOB_PARAM_COUNT + 3}::text, q))
+     FROM unnest($${NEW_JOB_PARAM_COUNT + 2}::text[]) AS q) AS woken
+FROM now`,
 
     /** $1 request keys (text[]). */
     jobByKeys: `SELECT * FROM ${jobs} WHERE request_key = ANY($1::text[])`,

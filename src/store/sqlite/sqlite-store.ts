@@ -34,6 +34,7 @@ import {
   jobFromRow,
   jsonOrNull,
   newLeasedAttempt,
+  newQueuedJob,
   type AttemptRow,
   type EventRow,
   type JobRow,
@@ -900,33 +901,7 @@ export class SqliteStore implements Store {
         this.event(j.id, null, j.fingerprint, 'enqueued', null, 'QUEUED', p.actor, null, now);
         this.newWork = true;
         // The record as written, without reading it back.
-        results.push({
-          job: {
-            id: j.id,
-            queue: j.queue,
-            operation: j.operation,
-            input: JSON.parse(j.inputJson) as Json,
-            requestKey: j.requestKey,
-            fingerprint: j.fingerprint,
-            runId: j.runId,
-            stepId: j.stepId,
-            state: 'QUEUED',
-            priority: j.priority,
-            runAt,
-            createdAt: now,
-            updatedAt: now,
-            finishedAt: null,
-            attemptCount: 0,
-            maxAttempts: j.maxAttempts,
-            backoff: JSON.parse(backoffJson) as BackoffPolicy,
-            timeoutMs: j.timeoutMs,
-            nextCheckAt: null,
-            lookupFailures: 0,
-            result: null,
-            error: null,
-          },
-          created: true,
-        });
+        results.push({ job: newQueuedJob(j, now, backoffJson), created: true });
       }
       return results;
     });
