@@ -2,7 +2,7 @@
  * The queue API on the embedded store: delivery, dedup, bad input, store errors, outcomes.
  */
 import { execFileSync, spawn } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -124,43 +124,6 @@ describe('which commits wait for an fsync', () => {
     await store.attemptDispatchMany({ leases: [claimed!.attempt] });
     expect(levels).toEqual([2, 2, 1, 2, 2]);
     expect(inner.conn().pragma('synchronous', { simple: true })).toBe(2);
-  });
-});
-
-describe('WAL checkpoints', () => {
-  it('run on a thread, not in a commit; the WAL is gone after close; a dead thread hands them back', async () => {
-    const { q, store: where } = await queue({ operations: [send] });
-    const store = q.store as SqliteStore;
-    const inner = store as unknown as {
-      conn(): Database.Database;
-      checkpointer?: { worker: { terminate(): Promise<number> } };
-    };
-    const autocheckpoint = () => inner.conn().pragma('wal_autocheckpoint', { simple: true });
-    expect(store.checkpointStats()).toBeUndefined(); // no write yet: no thread
-    for (let b = 0; b < 5; b++)
-      await q.enqueueMany(
-        send,
-        Array.from({ length: 500 }, (_, i) => ({ input: { to: `u${b}-${i}` } })),
-      );
-    // The store's own connection checkpoints only as a safety net, far above SQLite's 1,000.
-    expect(autocheckpoint()).toBe(10_000);
-    const done = await until('the thread to checkpoint every frame', () => {
-      const s = store.checkpointStats();
-      return Promise.resolve(s && s.walFrames > 0 && s.backfilled === s.walFrames && s);
-    });
-    expect(done.failures).toBe(0);
-
-    // Killed, the thread gives the checkpoints back to SQLite, and writes go on.
-    await inner.checkpointer!.worker.terminate();
-    await until('the store to notice', () => Promise.resolve(store.checkpointerError));
-    expect(autocheckpoint()).toBe(1_000);
-    expect(store.checkpointStats()).toBeUndefined();
-    await q.enqueue(send, { to: 'after' });
-    expect((await q.jobs({ limit: 10_000 })).length).toBe(2_501);
-
-    await q.close();
-    const file = where.url.slice('sqlite:'.length);
-    expect(existsSync(`${file}-wal`)).toBe(false);
   });
 });
 

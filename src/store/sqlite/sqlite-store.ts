@@ -60,12 +60,6 @@ import type {
   StoreCapabilities,
   StoreStats,
 } from '../store.js';
-import {
-  Checkpointer,
-  DEFAULT_AUTOCHECKPOINT_PAGES,
-  SAFETY_AUTOCHECKPOINT_PAGES,
-  type CheckpointStats,
-} from './checkpointer.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from './schema.js';
 import { WakeChannel, wakeDirectory } from './wake.js';
 
@@ -315,8 +309,6 @@ export class SqliteStore implements Store {
   private wakeChannel: WakeChannel | undefined;
   /** The batch being written made a job due: wake the other processes after its commit. */
   private newWork = false;
-  /** WAL checkpoints on a worker thread (checkpointer.ts), started by the first write. */
-  private checkpointer: Checkpointer | undefined;
 
   constructor(private readonly options: SqliteStoreOptions) {
     this.location = `sqlite:${options.path}`;
@@ -414,12 +406,7 @@ export class SqliteStore implements Store {
 
   async close(): Promise<void> {
     // Writes already started are committed (or rejected) before the file closes.
-    this.closing = true;
     if (this.db) this.flushWrites({ wait: true });
-    // Before the store's own connection: closing last, it checkpoints and removes the WAL.
-    const checkpointer = this.checkpointer;
-    this.checkpointer = undefined;
-    await checkpointer?.close();
     this.stmtCache.clear();
     this.rawCache.clear();
     this.tx = null;
@@ -428,38 +415,6 @@ export class SqliteStore implements Store {
     const wake = this.wakeChannel;
     this.wakeChannel = undefined;
     await wake?.close();
-  }
-
-  /**
-   * Moves WAL checkpoints to a worker thread (see checkpointer.ts); a database in memory has no
-   * WAL. Started at the first write, so that a store that only reads never starts a thread.
-   */
-  private startCheckpointer(): void {
-    if (!this.db || this.db.memory || this.checkpointerFailed || this.closing) return;
-    try {
-      const cp = new Checkpointer(this.db.name, (err) => {
-        // The thread died: SQLite checkpoints in line again, as without it.
-        this.checkpointerFailed = true;
-        if (this.checkpointer === cp) this.checkpointer = undefined;
-        if (this.db?.open) this.setting(`wal_autocheckpoint = ${DEFAULT_AUTOCHECKPOINT_PAGES}`);
-        this.checkpointerError = err;
-      });
-      this.checkpointer = cp;
-      this.setting(`wal_autocheckpoint = ${SAFETY_AUTOCHECKPOINT_PAGES}`);
-    } catch (err) {
-      this.checkpointerFailed = true;
-      this.checkpointerError = err;
-    }
-  }
-
-  private checkpointerFailed = false;
-  private closing = false;
-  /** Why the checkpoint thread is not running, if it failed (for tests and diagnostics). */
-  checkpointerError: unknown;
-
-  /** The checkpoint thread's counters, or undefined when it is not running. */
-  checkpointStats(): CheckpointStats | undefined {
-    return this.checkpointer?.stats;
   }
 
   /** The cross-process wake-up channel of this file; undefined for a database in memory. */
@@ -603,7 +558,6 @@ export class SqliteStore implements Store {
     } finally {
       if (unsynced && this.db) this.setting('synchronous = FULL');
     }
-    if (!this.checkpointer) this.startCheckpointer();
     if (this.newWork) {
       // Durable now: workers of other processes may claim it at once.
       this.newWork = false;
