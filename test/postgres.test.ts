@@ -136,6 +136,16 @@ function dbName(url: string): string {
 describe.skipIf(pgReason !== null)(
   `PostgreSQL store${pgReason ? ` (skipped: ${pgReason})` : ''}`,
   () => {
+    it('a fractional runAt is kept to the millisecond, as on SQLite', async () => {
+      const t = await pgDatabase();
+      const q = await queueOn(t.url);
+      const op = ledgerOp(new Map());
+      const at = Date.now() + 60_000.6;
+      const job = await q.enqueue(op, { n: 1 }, { runAt: at });
+      expect(job.runAt).toBe(Math.round(at));
+      expect((await q.job(job.id))?.job.runAt).toBe(Math.round(at));
+    });
+
     describe('fenced writes on rows another transaction moves', () => {
       it('a marker and an outcome that waited for a row lock write the rows’ new versions', async () => {
         // The marker and outcome statements lock their rows, then update them where the lock

@@ -232,6 +232,8 @@ export class Queue {
       runAt = item.runAt instanceof Date ? item.runAt.getTime() : item.runAt;
       if (typeof runAt !== 'number' || !Number.isFinite(runAt))
         throw new InvalidInput(`${what}: runAt must be a Date or ms since the epoch`);
+      // The journal keeps whole milliseconds (PostgreSQL refused a fraction with a raw error).
+      runAt = Math.round(runAt);
     }
     return {
       id,
