@@ -1267,7 +1267,11 @@ function newJobParams(jobs: JobInsert[]): { params: unknown[]; backoffJson: stri
   return { params, backoffJson };
 }
 
-function sharedColumn(j: JobInsert, name: (typeof NEW_JOB_SHARED)[number][0]): unknown {
+/** A shared column's value for one job; backoff_json is serialized once, by `newJobParams`. */
+function sharedColumn(
+  j: JobInsert,
+  name: Exclude<(typeof NEW_JOB_SHARED)[number][0], 'backoff_json'>,
+): unknown {
   switch (name) {
     case 'queue':
       return j.queue;
@@ -1285,8 +1289,6 @@ function sharedColumn(j: JobInsert, name: (typeof NEW_JOB_SHARED)[number][0]): u
       return j.runAt;
     case 'max_attempts':
       return j.maxAttempts;
-    case 'backoff_json':
-      return JSON.stringify(j.backoff);
     case 'timeout_ms':
       return j.timeoutMs;
   }

@@ -1190,8 +1190,8 @@ export class SqliteStore implements Store {
           };
         }
         return out;
-        // Acted on only through the dispatch marker, a synced write after it (see `write`).
       },
+      // Acted on only through the dispatch marker, a synced write after it (see `write`).
       { unsynced: true },
     );
   }
