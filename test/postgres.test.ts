@@ -360,6 +360,54 @@ describe.skipIf(pgReason !== null)(
         expect(after).toEqual(before);
         expect(ledger.size).toBe(240);
       }, 60_000);
+
+      it('a claim reads the claim index only for the jobs it takes, also with stale statistics', async () => {
+        const t = await pgDatabase();
+        const app = await client(t.url);
+        const op = ledgerOp(new Map());
+        const indexReads = async () => {
+          const r = await app.query<{ n: string }>(
+            `SELECT idx_tup_read AS n FROM pg_stat_user_indexes
+             WHERE schemaname = 'reckon' AND indexrelname = 'jobs_claim'`,
+          );
+          return Number(r.rows[0]!.n);
+        };
+        const q1 = await openQueue({ store: t.url });
+        // Never analyzed: the planner believes the table holds next to nothing.
+        await app.query('ALTER TABLE reckon.jobs SET (autovacuum_enabled = false)');
+        for (let i = 0; i < 5; i++)
+          await q1.enqueueMany(
+            op,
+            Array.from({ length: 1_000 }, (_, n) => ({ input: { n: i * 1_000 + n } })),
+          );
+        await q1.close();
+        await sleep(200);
+        const before = await indexReads();
+        // Claims of a few jobs each, as a worker's claim loop sends them.
+        const store = new PostgresStore({ connectionString: t.url, poolMax: 1 });
+        await store.init();
+        let claimed = 0;
+        for (let i = 0; i < 40; i++) {
+          const got = await store.attemptClaimMany({
+            ownerId: 'w',
+            queues: ['default'],
+            operations: [op.name],
+            limit: 10,
+            leaseMs: 60_000,
+          });
+          claimed += got.length;
+        }
+        // Closed, the store's connection exits, and an exiting backend reports its counts at once.
+        await store.close();
+        const reads = await until('the claims’ index statistics', async () => {
+          const n = (await indexReads()) - before;
+          return n > 0 ? n : undefined;
+        });
+        expect(claimed).toBe(400);
+        // Each claim reads the entries it takes (and the few dead ones ahead of them): walking
+        // the whole index to find its own ids again would be ~5,000 reads a claim.
+        expect(reads).toBeLessThan(40 * 200);
+      }, 60_000);
     });
 
     describe('opening', () => {
