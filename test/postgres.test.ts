@@ -28,7 +28,11 @@ import {
 import type { Worker } from '../src/runtime/worker.js';
 import { mulberry32 } from '../src/runtime/faults.js';
 import { PostgresStore } from '../src/store/postgres/postgres-store.js';
-import { LATEST_SCHEMA_VERSION } from '../src/store/postgres/schema.js';
+import {
+  LATEST_SCHEMA_VERSION,
+  MIGRATIONS,
+  MIGRATIONS_TABLE_SQL,
+} from '../src/store/postgres/schema.js';
 import type { Store } from '../src/store/store.js';
 import { startDownstream } from '../src/testkit/downstream.js';
 import { startWorkerChild, type WorkerChild } from '../src/testkit/fleet.js';
@@ -453,6 +457,70 @@ describe.skipIf(pgReason !== null)(
         );
         expect(where.rows[0]).toEqual({ a: 'tenant_a.jobs', b: null });
         expect(stores[0]!.schema).toBe('tenant_a');
+      });
+
+      it('a version 2 schema is migrated in place: its jobs and events survive, ids compare byte by byte, events are keyed by job', async () => {
+        const t = await pgDatabase();
+        const admin = await client(t.url);
+        // The schema as release 2 left it, with a finished job and a waiting one in it.
+        await admin.query('CREATE SCHEMA reckon; SET search_path TO reckon');
+        await admin.query(MIGRATIONS_TABLE_SQL);
+        for (const m of MIGRATIONS.filter((m) => m.version <= 2)) {
+          await admin.query(m.sql);
+          await admin.query('INSERT INTO reckon_migrations (version, name) VALUES ($1, $2)', [
+            m.version,
+            m.name,
+          ]);
+        }
+        await admin.query(`
+          INSERT INTO jobs (id, queue, operation, input_json, request_key, request_fingerprint,
+            state, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms)
+          VALUES ('old-1', 'default', 'ledger.effect', '{"n":1}', 'key-1', 'f1', 'QUEUED',
+            now(), now(), now(), 3, '{"initialMs":20,"factor":2,"maxMs":200}', 1000);
+          INSERT INTO events (job_id, request_fingerprint, kind, to_state, actor, at)
+            VALUES ('old-1', 'f1', 'enqueued', 'QUEUED', 'api', now());
+          RESET search_path`);
+        const ledger = new Map<string, number>();
+        const op = ledgerOp(ledger);
+        const q = await queueOn(t.url);
+        expect(await q.store.schemaVersion()).toBe(LATEST_SCHEMA_VERSION);
+        // The old job runs on the new schema, and a new one joins it.
+        const fresh = await q.enqueue(op, { n: 2 }, { key: 'key-2' });
+        const w = await startWorker(q, { operations: [op], pollIntervalMs: 20 });
+        await until('both jobs to succeed', async () => {
+          const states = await Promise.all(['old-1', fresh.id].map((id) => q.job(id)));
+          return states.every((d) => d?.job.state === 'SUCCEEDED');
+        });
+        await w.stop();
+        expect([...ledger.entries()].sort()).toEqual([
+          ['key-1', 1],
+          ['key-2', 1],
+        ]);
+        const old = await q.job('old-1');
+        expect(old!.events.map((e) => e.kind)).toEqual([
+          'enqueued',
+          'leased',
+          'dispatched',
+          'attempt-succeeded',
+        ]);
+        const collations = await admin.query<{ col: string; collation: string | null }>(
+          `SELECT c.table_name || '.' || c.column_name AS col, c.collation_name AS collation
+           FROM information_schema.columns c
+           WHERE c.table_schema = 'reckon' AND c.column_name IN ('id', 'job_id', 'request_key')
+             AND c.data_type = 'text' ORDER BY 1`,
+        );
+        expect(collations.rows).toEqual([
+          { col: 'attempts.job_id', collation: 'C' },
+          { col: 'attempts.request_key', collation: 'C' },
+          { col: 'events.job_id', collation: 'C' },
+          { col: 'jobs.id', collation: 'C' },
+          { col: 'jobs.request_key', collation: 'C' },
+        ]);
+        const eventKey = await admin.query<{ def: string }>(
+          `SELECT pg_get_constraintdef(oid) AS def FROM pg_constraint
+           WHERE conrelid = 'reckon.events'::regclass AND contype = 'p'`,
+        );
+        expect(eventKey.rows).toEqual([{ def: 'PRIMARY KEY (job_id, id)' }]);
       });
 
       it('an unreachable server is StoreUnavailable without the password; a bad schema name is InvalidInput', async () => {

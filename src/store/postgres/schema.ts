@@ -114,6 +114,38 @@ DROP INDEX jobs_state;
 CREATE INDEX jobs_review ON jobs (id) WHERE state = 'NEEDS_REVIEW';
 `,
   },
+  {
+    // Ids, keys, queue and operation names are compared byte by byte: under a database's
+    // linguistic collation (en_US.UTF-8, even C.UTF-8 before PostgreSQL 17) every index
+    // comparison of these columns went through strcoll. Their order was never linguistic
+    // anyway (ids sort by time, keys are identifiers). Rebuilds the indexes on them.
+    // Events are only ever read by job, in order: their primary key becomes (job_id, id), one
+    // index written per event instead of two (the id alone was never looked up).
+    version: 3,
+    name: 'byte-order collation for identifiers; events keyed by job',
+    sql: `
+ALTER TABLE jobs
+  ALTER COLUMN id TYPE text COLLATE "C",
+  ALTER COLUMN queue TYPE text COLLATE "C",
+  ALTER COLUMN operation TYPE text COLLATE "C",
+  ALTER COLUMN request_key TYPE text COLLATE "C",
+  ALTER COLUMN request_fingerprint TYPE text COLLATE "C",
+  ALTER COLUMN run_id TYPE text COLLATE "C",
+  ALTER COLUMN step_id TYPE text COLLATE "C";
+ALTER TABLE attempts
+  ALTER COLUMN job_id TYPE text COLLATE "C",
+  ALTER COLUMN request_key TYPE text COLLATE "C",
+  ALTER COLUMN request_fingerprint TYPE text COLLATE "C",
+  ALTER COLUMN owner_id TYPE text COLLATE "C",
+  ALTER COLUMN lease_token TYPE text COLLATE "C";
+ALTER TABLE events
+  DROP CONSTRAINT events_pkey,
+  ALTER COLUMN job_id TYPE text COLLATE "C",
+  ALTER COLUMN request_fingerprint TYPE text COLLATE "C",
+  ADD PRIMARY KEY (job_id, id);
+DROP INDEX events_job;
+`,
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
