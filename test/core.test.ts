@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { decideAfterAttempt, decideAfterLookup, decideSameKeyRetry } from '../src/core/decide.js';
 import { IllegalTransition, InvalidInput } from '../src/core/errors.js';
-import { canonicalJson, fingerprintOf, fingerprintOfParsed } from '../src/core/json.js';
+import { canonicalJson, encodePayload, fingerprintOf, sha256Hex } from '../src/core/json.js';
 import { defineOperation } from '../src/core/operation.js';
 import { backoffDelayMs } from '../src/core/retry.js';
 import {
@@ -67,22 +67,30 @@ describe('canonical JSON and fingerprints', () => {
     expect(() => canonicalJson(a)).toThrow(/cycle at \$\.self/);
   });
 
-  it('fingerprints a stored (parsed) payload as it fingerprints the payload', () => {
+  it('stores a payload as canonical JSON: parsing it back gives the same data, and its hash is the fingerprint', () => {
     const values: unknown[] = [
       { seq: 1, sentAt: 2 },
-      { z: { y: [3, { b: null, a: 'é\u2028' }] }, a: -0, n: 1e21 },
-      Object.assign(Object.create(null) as object, { k: 'v' }),
-      { dropped: undefined, kept: true },
+      { z: { y: [3, { b: null, a: 'é\u2028\ud800"\\' }] }, a: -0, n: 1e21, m: 5e-7, f: 0.1 },
+      Object.assign(Object.create(null) as object, { k: 'v', 10: 'ten', 2: 'two' }),
+      { dropped: undefined, kept: true, '': 'empty key', é: 1, Z: 2 },
       // eslint-disable-next-line no-sparse-arrays
-      [1, , 2],
+      [1, , 2, [], {}],
       'text',
+      -1.5,
+      false,
       null,
     ];
     for (const v of values) {
-      const stored = JSON.parse(JSON.stringify(v)) as Parameters<typeof fingerprintOfParsed>[0];
-      expect(fingerprintOfParsed(stored)).toBe(fingerprintOf(stored));
-      expect(fingerprintOf(stored)).toBe(fingerprintOf(v === undefined ? null : v));
+      const text = encodePayload(v, 'payload', 1_000_000);
+      // The same data JSON.stringify writes (key order aside), and stable through a restart.
+      expect(JSON.parse(text)).toEqual(JSON.parse(JSON.stringify(v)));
+      expect(encodePayload(JSON.parse(text), 'payload', 1_000_000)).toBe(text);
+      expect(sha256Hex(text)).toBe(fingerprintOf(v));
+      expect(fingerprintOf(JSON.parse(text))).toBe(fingerprintOf(v));
     }
+    expect(encodePayload({ b: [2, { d: 1, c: 0 }], a: 'x' }, 'payload', 100)).toBe(
+      '{"a":"x","b":[2,{"c":0,"d":1}]}',
+    );
   });
 
   it('accepts a shared (non-cyclic) reference', () => {

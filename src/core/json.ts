@@ -118,10 +118,23 @@ export function canonicalJson(value: unknown): string {
   return canonical(value);
 }
 
+/**
+ * Canonical JSON of a value already known to be JSON data. Written as a loop over strings: the
+ * fingerprint of every enqueued job goes through here.
+ */
 function canonical(value: Json): string {
-  if (value === null || typeof value !== 'object') return JSON.stringify(value);
+  switch (typeof value) {
+    case 'string':
+      return JSON.stringify(value);
+    case 'number':
+      // Finite (checked): String writes it exactly as JSON.stringify does, -0 as 0 too.
+      return String(value);
+    case 'boolean':
+      return value ? 'true' : 'false';
+  }
+  if (value === null) return 'null';
   if (Array.isArray(value)) {
-    // A hole is written as JSON.stringify writes it, null (`map` would leave it empty).
+    // A hole is written as JSON.stringify writes it, null.
     let out = '[';
     for (let i = 0; i < value.length; i++) {
       if (i > 0) out += ',';
@@ -129,17 +142,25 @@ function canonical(value: Json): string {
     }
     return `${out}]`;
   }
-  const keys = Object.keys(value)
-    .filter((k) => value[k] !== undefined)
-    .sort();
-  return `{${keys.map((k) => `${JSON.stringify(k)}:${canonical(value[k] as Json)}`).join(',')}}`;
+  const keys = Object.keys(value);
+  if (keys.length > 1) keys.sort();
+  let out = '{';
+  for (const k of keys) {
+    const v = value[k];
+    if (v === undefined) continue;
+    if (out.length > 1) out += ',';
+    out += JSON.stringify(k);
+    out += ':';
+    out += canonical(v);
+  }
+  return `${out}}`;
 }
 
 /**
  * SHA-256 of a string, hex. One-shot `crypto.hash` (Node 20.12+) is about 3x faster than a
  * `createHash` object for inputs this small; older Node 20 releases have only the latter.
  */
-const sha256Hex: (text: string) => string =
+export const sha256Hex: (text: string) => string =
   typeof (nodeCrypto as { hash?: unknown }).hash === 'function'
     ? (text) => nodeCrypto.hash('sha256', text, 'hex')
     : (text) => nodeCrypto.createHash('sha256').update(text).digest('hex');
@@ -150,17 +171,14 @@ export function fingerprintOf(value: unknown): string {
 }
 
 /**
- * `fingerprintOf` a value that `JSON.parse` returned: it is JSON data by construction, so it is
- * not checked again.
+ * Checks a payload and writes it as canonical JSON (sorted keys, no whitespace), the form the
+ * journal keeps: its fingerprint is then the SHA-256 of the stored text itself (`sha256Hex`),
+ * and what the operation receives after a restart is exactly what was hashed. Also checks the
+ * text against a byte limit.
  */
-export function fingerprintOfParsed(value: Json): string {
-  return sha256Hex(canonical(value));
-}
-
-/** Serializes a validated payload and checks it against a byte limit. */
 export function encodePayload(value: unknown, what: string, limitBytes: number): string {
   assertJson(value, what);
-  const text = JSON.stringify(value);
+  const text = canonical(value);
   const bytes = Buffer.byteLength(text, 'utf8');
   if (bytes > limitBytes) throw new PayloadTooLarge(what, bytes, limitBytes);
   return text;

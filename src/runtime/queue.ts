@@ -4,7 +4,7 @@
 import { EventEmitter } from 'node:events';
 import { v7 as uuidv7 } from 'uuid';
 import { InvalidInput, JobNotFound, JobStateConflict, UnknownOperation } from '../core/errors.js';
-import { encodePayload, fingerprintOf, fingerprintOfParsed, type Json } from '../core/json.js';
+import { encodePayload, fingerprintOf, sha256Hex, type Json } from '../core/json.js';
 import { isOperation, type Logger, type Operation, type AnyOperation } from '../core/operation.js';
 import type { JobState } from '../core/states.js';
 import { isJobState } from '../core/states.js';
@@ -208,12 +208,12 @@ export class Queue {
         );
       }
     }
+    // Stored as canonical JSON: without a fingerprint function, the fingerprint is the hash of
+    // the stored text; with one, it sees the input as the operation will (parsed from the text).
     const inputJson = encodePayload(input, what, this.payloadBytesMax);
-    // Fingerprint what will be stored, so that the journal and the hash agree after a restart.
-    const stored = JSON.parse(inputJson) as Json;
     const fingerprint = op.spec.fingerprint
-      ? fingerprintOf(op.spec.fingerprint(stored))
-      : fingerprintOfParsed(stored);
+      ? fingerprintOf(op.spec.fingerprint(JSON.parse(inputJson) as Json))
+      : sha256Hex(inputJson);
     const id = uuidv7();
     const requestKey = this.requestKeyOf(item, id, what);
     const queue = item.queue ?? 'default';
