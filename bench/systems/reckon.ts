@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { v7 as uuidv7 } from 'uuid';
-import { fingerprintOf } from '../../src/core/json.js';
+import { canonicalJson, fingerprintOf } from '../../src/core/json.js';
 import { defineOperation, openQueue, type Queue } from '../../src/index.js';
 import { copyLists, createDatabase, dropDatabase, inChunks, pgUrl, quoteIdent } from '../lib.js';
 import type { BenchSystem, Claimer, Payload, Running, WorkOptions } from './system.js';
@@ -133,7 +133,7 @@ export class ReckonSystem implements BenchSystem {
       };
       const input = { seq: 0, sentAt };
       if (
-        job.input_json !== JSON.stringify(input) ||
+        job.input_json !== canonicalJson(input) ||
         job.request_fingerprint !== fingerprintOf(input) ||
         job.request_key !== `k${this.seqBase}-0` ||
         events.length === 0 ||
@@ -151,13 +151,14 @@ export class ReckonSystem implements BenchSystem {
       const insEvent = insert('events', eventCols);
       const chunk = db.transaction((lo: number, hi: number) => {
         for (let i = lo; i <= hi; i++) {
-          const inputJson = JSON.stringify({ seq: i, sentAt });
+          // As enqueue stores it: canonical JSON, whose hash is the fingerprint.
+          const inputJson = canonicalJson({ seq: i, sentAt });
           const row: Record<string, unknown> = {
             ...job,
             id: uuidv7(),
             request_key: `k${this.seqBase}-${i}`,
             input_json: inputJson,
-            request_fingerprint: fingerprintOf(JSON.parse(inputJson)),
+            request_fingerprint: fingerprintOf({ seq: i, sentAt }),
           };
           insJob.run(...jobCols.map((c) => row[c]));
           for (const e of events) {
@@ -182,7 +183,7 @@ export class ReckonSystem implements BenchSystem {
     try {
       const s = 'reckon';
       const check = await c.query<{ ok: boolean }>(
-        `SELECT j.input_json = '{"seq":0,"sentAt":' || $2::text || '}'
+        `SELECT j.input_json = '{"sentAt":' || $2::text || ',"seq":0}'
             AND j.request_fingerprint = encode(sha256(convert_to('{"sentAt":' || $2::text || ',"seq":0}', 'UTF8')), 'hex')
             AND j.request_key = 'k' || $3::text || '-0'
             AND (SELECT count(*) FROM ${s}.events e WHERE e.job_id = j.id) > 0
@@ -211,7 +212,7 @@ g AS MATERIALIZED (
     substr(t.id, 1, 14) || '7' || lpad(to_hex((i >> 12) & 4095), 3, '0') || '-8' ||
       lpad(to_hex(i & 4095), 3, '0') || '-' || substr(md5(i::text || t.id), 1, 12) AS id,
     'k' || $3::text || '-' || i AS request_key,
-    '{"seq":' || i || ',"sentAt":' || $2::text || '}' AS input_json,
+    '{"sentAt":' || $2::text || ',"seq":' || i || '}' AS input_json,
     encode(sha256(convert_to('{"sentAt":' || $2::text || ',"seq":' || i || '}', 'UTF8')), 'hex') AS fp
   FROM t, generate_series($4::int, $5::int) AS i
 ),
