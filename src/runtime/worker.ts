@@ -157,9 +157,9 @@ export class Worker extends EventEmitter implements AttemptHost {
   async start(): Promise<void> {
     if (this.running) return;
     this.running = true;
-    this.queue.notifier.on('enqueued', this.onEnqueued);
     if (this.store.workSubscribe) {
       try {
+        // The store wakes us for work committed by any process, this one included (once each).
         this.subscription = await this.store.workSubscribe({
           queues: this.settings.queues,
           onWork: () => this.workArrived(),
@@ -169,6 +169,8 @@ export class Worker extends EventEmitter implements AttemptHost {
         this.reportError('subscribe', err);
       }
     }
+    // A store without wake-ups (or whose subscription failed): enqueues of this queue still wake.
+    if (!this.subscription) this.queue.notifier.on('enqueued', this.onEnqueued);
     this.log.info(
       { ownerId: this.ownerId, operations: [...this.ops.keys()], ...this.settings },
       'worker started',

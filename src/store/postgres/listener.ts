@@ -27,10 +27,30 @@ export class WorkListener {
   connects = 0;
   lastError: Error | undefined;
 
+  /**
+   * `isOwn`: does a backend process id belong to the store's own connections? Their
+   * notifications are not delivered: the store wakes its subscribers itself, once its statement
+   * has committed (`wake`), so that work enqueued here wakes a worker here once, not twice.
+   */
   constructor(
     private readonly config: pg.ClientConfig,
     private readonly channel: string,
+    private readonly isOwn: (backendPid: number) => boolean = () => false,
   ) {}
+
+  /** Wakes the subscribers of these queues: work this process committed. */
+  wake(queues: Iterable<string>): void {
+    const named = new Set(queues);
+    if (named.size === 0) return;
+    for (const sub of this.subscribers) {
+      for (const q of named) {
+        if (sub.queues.has(q)) {
+          this.call(sub);
+          break;
+        }
+      }
+    }
+  }
 
   async subscribe(queues: string[], onWork: () => void): Promise<{ close(): Promise<void> }> {
     const sub: Subscriber = { queues: new Set(queues), onWork };
@@ -72,7 +92,9 @@ export class WorkListener {
     // An 'error' without a listener would crash the process; here it only means "reconnect".
     client.on('error', onLost);
     client.on('end', () => onLost());
-    client.on('notification', (msg) => this.deliver(msg.payload));
+    client.on('notification', (msg) => {
+      if (!this.isOwn(msg.processId)) this.deliver(msg.payload);
+    });
     try {
       await client.connect();
       await client.query(`LISTEN ${quoteIdent(this.channel)}`);

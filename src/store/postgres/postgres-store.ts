@@ -197,6 +197,10 @@ export class PostgresStore implements Store {
   private readonly poolMax: number;
   private pool: pg.Pool | null = null;
   private listener: WorkListener | null = null;
+  /** Backend process ids of the pool's connections (see `WorkListener`). */
+  private readonly ownBackends = new Set<number>();
+  /** Queues that a transaction of ours made work due in, woken once it commits (see `tx`). */
+  private readonly wakesOf = new WeakMap<object, Set<string>>();
   /** Errors of idle pool connections (e.g. the server restarted); kept for health, never thrown. */
   poolErrors = 0;
   /** Concurrent callers of the hot write paths share transactions (see ../group-commit.ts). */
@@ -244,6 +248,11 @@ export class PostgresStore implements Store {
     // every job, allows them again for itself.)
     pool.on('connect', (client) => {
       client.query('SET enable_seqscan = off').catch(() => undefined);
+      const pid = (client as { processID?: number | null }).processID;
+      if (typeof pid === 'number') {
+        this.ownBackends.add(pid);
+        client.once('end', () => this.ownBackends.delete(pid));
+      }
     });
     this.pool = pool;
     try {
@@ -379,10 +388,13 @@ export class PostgresStore implements Store {
       try {
         return await this.withClient(async (c) => {
           await c.query('BEGIN');
+          const wakes = new Set<string>();
+          this.wakesOf.set(c, wakes);
           try {
             const value = await fn(c);
             commitSent = true;
             await c.query('COMMIT');
+            this.wakeLocal(wakes);
             return value;
           } catch (err) {
             if (!isConnectionError(err)) await c.query('ROLLBACK').catch(() => undefined);
@@ -427,6 +439,11 @@ export class PostgresStore implements Store {
       // A broken (or timed-out) connection is destroyed, never reused.
       client.release(broken ?? false);
     }
+  }
+
+  /** Work that a statement of ours made due, committed: wakes this process's subscribers. */
+  private wakeLocal(queues: Iterable<string>): void {
+    this.listener?.wake(queues);
   }
 
   /** Connection-level failures become `StoreUnavailable`; everything else is passed on as is. */
@@ -482,7 +499,11 @@ export class PostgresStore implements Store {
       moved = r.rows.map(jobFromRow);
     }
     if (w.events.length > 0) await c.query(this.sql.eventInsert, [JSON.stringify(w.events), now]);
-    if (w.requeued.size > 0) await c.query(this.sql.notify, [[...w.requeued], this.channel]);
+    if (w.requeued.size > 0) {
+      await c.query(this.sql.notify, [[...w.requeued], this.channel]);
+      const wakes = this.wakesOf.get(c);
+      if (wakes) for (const q of w.requeued) wakes.add(q);
+    }
     return moved;
   }
 
@@ -619,6 +640,7 @@ export class PostgresStore implements Store {
       if (!isRequestKeyTaken(err)) throw err;
       return this.tx((c) => this.insertJobs(c, jobs, actor));
     }
+    this.wakeLocal(queues);
     const now = r.rows[0]!.now;
     return jobs.map((j, i) => ({ job: newQueuedJob(j, now, backoffJson[i]), created: true }));
   }
@@ -674,6 +696,8 @@ export class PostgresStore implements Store {
     ]);
     const now = r.rows[0]!.now;
     const inserted = new Set(r.rows[0]!.ids);
+    const wakes = this.wakesOf.get(c);
+    if (wakes) for (const j of batch) if (inserted.has(j.id)) wakes.add(j.queue);
     const results = new Array<JobInsertResult | undefined>(jobs.length);
     const backoffOf = new Map(batch.map((j, i) => [j, backoffJson[i]]));
     const later: number[] = [];
@@ -1022,7 +1046,7 @@ export class PostgresStore implements Store {
       marked: finishViolation(f, 0),
     }));
     const col = <T>(fn: (f: AttemptFinish) => T): T[] => finishes.map(fn);
-    const r = await this.statement<{ applied: boolean }>(
+    const r = await this.statement<{ applied: boolean; requeued: string | null }>(
       PREPARED.attemptFinish,
       this.sql.attemptFinish,
       [
@@ -1055,6 +1079,9 @@ export class PostgresStore implements Store {
       },
     );
     assert(r.rows.length === finishes.length, 'the finish statement answered once per outcome');
+    const requeued = new Set<string>();
+    for (const row of r.rows) if (row.requeued !== null) requeued.add(row.requeued);
+    this.wakeLocal(requeued);
     return r.rows.map((row) => row.applied);
   }
 
@@ -1163,7 +1190,9 @@ export class PostgresStore implements Store {
     onWork: () => void;
   }): Promise<{ close(): Promise<void> }> {
     this.connPool();
-    this.listener ??= new WorkListener(this.clientConfig, this.channel);
+    this.listener ??= new WorkListener(this.clientConfig, this.channel, (pid) =>
+      this.ownBackends.has(pid),
+    );
     return this.listener.subscribe(p.queues, p.onWork);
   }
 }

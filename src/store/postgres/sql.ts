@@ -524,9 +524,10 @@ ORDER BY g.ord`,
      * Locks like `attemptDispatch`; a finish applies when its lease holds (rules.ts `leaseHolds`)
      * and it is the first of that lease in the batch. Ends those attempts, moves their jobs
      * (as the transaction path's `finishAttempt` does), appends their events and wakes the
-     * queues of requeued jobs. Returns `applied` per finish, in order. A finish that applies but
-     * breaks an invariant aborts the statement (`fail`: "finish <index> marked|unmarked", the
-     * first such finish), and is never written even for a moment, so no constraint fires first.
+     * queues of requeued jobs. Returns `applied` per finish, in order, and `requeued`: the queue
+     * of a job it put back in line (else null). A finish that applies but breaks an invariant
+     * aborts the statement (`fail`: "finish <index> marked|unmarked", the first such finish),
+     * and is never written even for a moment, so no constraint fires first.
      */
     attemptFinish: `
 WITH input AS MATERIALIZED (
@@ -583,6 +584,7 @@ finished_event AS (
   ORDER BY g.ord
 )
 SELECT g.applies AS applied,
+  CASE WHEN g.applies AND g.job_to = 'QUEUED' THEN g.queue END AS requeued,
   CASE
     WHEN g.ord = f.ord
       THEN ${fail(`'finish ' || g.ord || CASE WHEN g.dispatched_at IS NULL THEN ' unmarked' ELSE ' marked' END`)}

@@ -309,6 +309,8 @@ export class SqliteStore implements Store {
   private wakeChannel: WakeChannel | undefined;
   /** The batch being written made a job due: wake the other processes after its commit. */
   private newWork = false;
+  /** `workSubscribe` callbacks: woken by this store's own commits (other processes: `wake`). */
+  private readonly localSubscribers = new Set<() => void>();
 
   constructor(private readonly options: SqliteStoreOptions) {
     this.location = `sqlite:${options.path}`;
@@ -559,9 +561,10 @@ export class SqliteStore implements Store {
       if (unsynced && this.db) this.setting('synchronous = FULL');
     }
     if (this.newWork) {
-      // Durable now: workers of other processes may claim it at once.
+      // Durable now: workers of other processes may claim it at once, and those of this one.
       this.newWork = false;
       this.wake()?.publish();
+      for (const onWork of this.localSubscribers) onWork();
     }
     for (let i = 0; i < batch.length; i++) {
       const r = results[i]!;
@@ -1439,6 +1442,9 @@ export class SqliteStore implements Store {
     } catch {
       // No socket here (a read-only temp directory…): data_version alone still wakes.
     }
+    // Commits of this connection do not change data_version, nor reach our own socket.
+    const local = () => p.onWork();
+    this.localSubscribers.add(local);
     const version = this.conn().prepare('PRAGMA data_version').pluck();
     let last = version.get() as number;
     const timer = setInterval(() => {
@@ -1452,6 +1458,7 @@ export class SqliteStore implements Store {
     return {
       close: () => {
         clearInterval(timer);
+        this.localSubscribers.delete(local);
         unsubscribe?.();
         return Promise.resolve();
       },
