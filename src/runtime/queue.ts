@@ -172,7 +172,12 @@ export class Queue {
         );
     }
     this.notifier.emit('enqueued', operation.name);
-    return results.map((r) => ({ ...r.job, deduplicated: !r.created }));
+    // The store's records are this call's own: marked in place, not copied.
+    return results.map((r) => {
+      const job = r.job as EnqueuedJob;
+      job.deduplicated = !r.created;
+      return job;
+    });
   }
 
   private resolve(op: AnyOperation | string): AnyOperation {

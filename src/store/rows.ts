@@ -103,7 +103,7 @@ export function jobFromRow(r: JobRow): JobRecord {
     finishedAt: toMsOrNull(r.finished_at),
     attemptCount: Number(r.attempt_count),
     maxAttempts: Number(r.max_attempts),
-    backoff: JSON.parse(r.backoff_json) as BackoffPolicy,
+    backoff: backoffOf(r.backoff_json),
     timeoutMs: Number(r.timeout_ms),
     nextCheckAt: toMsOrNull(r.next_check_at),
     lookupFailures: Number(r.lookup_failures),
@@ -206,11 +206,29 @@ export function newQueuedJob(j: JobInsert, now: number, backoffJson?: string): J
     finishedAt: null,
     attemptCount: 0,
     maxAttempts: j.maxAttempts,
-    backoff: JSON.parse(backoffJson ?? JSON.stringify(j.backoff)) as BackoffPolicy,
+    backoff: backoffOf(backoffJson ?? JSON.stringify(j.backoff)),
     timeoutMs: j.timeoutMs,
     nextCheckAt: null,
     lookupFailures: 0,
     result: null,
     error: null,
   };
+}
+
+/**
+ * A retry policy as stored, parsed once per distinct text: the jobs of one operation share one
+ * policy, and each record read or written would otherwise parse its own copy. Frozen, since
+ * records share it.
+ */
+const backoffs = new Map<string, BackoffPolicy>();
+const BACKOFFS_CACHED_MAX = 256;
+
+function backoffOf(json: string): BackoffPolicy {
+  let b = backoffs.get(json);
+  if (b === undefined) {
+    b = Object.freeze(JSON.parse(json) as BackoffPolicy);
+    if (backoffs.size >= BACKOFFS_CACHED_MAX) backoffs.clear();
+    backoffs.set(json, b);
+  }
+  return b;
 }
