@@ -283,8 +283,9 @@ export interface Store {
 
   /**
    * Optional (capabilities.crossProcessNotify): calls `onWork` soon after jobs become available
-   * in one of `queues`, from any process. Best effort: workers still poll, so a lost
-   * notification only costs latency.
+   * in one of `queues`, committed by any process, this one included (once: work this store
+   * committed wakes its subscribers directly, not again through its own notification). Best
+   * effort: workers still poll, so a lost notification only costs latency.
    */
   workSubscribe?(p: { queues: string[]; onWork: () => void }): Promise<{ close(): Promise<void> }>;
   statsGet(): Promise<StoreStats>;

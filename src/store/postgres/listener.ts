@@ -3,6 +3,8 @@
  * calls the subscribers whose queues a notification names. Best effort by contract (workers still
  * poll), but it heals itself: when the connection dies it reconnects with capped exponential
  * backoff, and wakes every subscriber once it is back, since work may have arrived meanwhile.
+ * Notifications sent by the store's own connections are skipped: the store wakes its
+ * subscribers for those itself (`wake`), once its statement has committed.
  */
 import pg from 'pg';
 import { quoteIdent } from './sql.js';
