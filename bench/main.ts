@@ -78,7 +78,7 @@ async function main(): Promise<void> {
     claimWaitingSmall: args.claimWaitingSmall ?? (args.quick ? 1_000 : 10_000),
     claimWaitingLarge: args.claimWaiting ?? (args.quick ? 50_000 : 1_000_000),
     // A p99 of 200 samples is their second worst: one SQLite checkpoint more or less in the
-    // window moved it 5x. 1,000 put each system's periodic stalls in both sizes alike.
+    // window moved it 5x. 1,000 steady it, but a p99 ratio still moves with the stalls.
     claimSamples: args.claimSamples ?? (args.quick ? 200 : 1_000),
     claimWarmup: 10,
     memoryWaiting: args.memoryWaiting ?? (args.quick ? 50_000 : 1_000_000),
