@@ -157,8 +157,11 @@ describe.each(STORE_KINDS)('DESIGN §7 fault points on %s', (kind) => {
   it('lease-expired-while-alive: frozen past its lease before dispatch, one owner, the late dispatch is refused', async (ctx) => {
     const rig = await Rig.open(ctx, kind);
     const [id] = await rig.enqueue('none', 1);
+    // The pause must outlast the rescuer's start as well as the lease: a child process takes up
+    // to 2-3 s to boot on a loaded 2-core CI machine, and if the frozen worker woke first it would
+    // (rightly) be refused and then take the job again itself.
     const frozen = rig.child({
-      faults: 'lease-expired-while-alive=pause:2200',
+      faults: 'lease-expired-while-alive=pause:5000',
       concurrency: 1,
       ownerId: 'frozen',
     });

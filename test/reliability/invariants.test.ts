@@ -14,8 +14,9 @@ describe.each(STORE_KINDS)('fencing and late evidence on %s', (kind) => {
   it('a worker frozen past its lease after dispatch is fenced; its late result resolves the job (late-worker)', async (ctx) => {
     const rig = await Rig.open(ctx, kind);
     const [id] = await rig.enqueue('none', 1);
+    // Long enough for the rescuer to boot and reclaim first, even on a loaded CI machine.
     const frozen = rig.child({
-      faults: 'after-response-before-commit=pause:2500',
+      faults: 'after-response-before-commit=pause:5000',
       ownerId: 'frozen',
       concurrency: 1,
     });
@@ -60,7 +61,7 @@ describe.each(STORE_KINDS)('fencing and late evidence on %s', (kind) => {
     const rig = await Rig.open(ctx, kind);
     const [id] = await rig.enqueue('lookup', 1);
     rig.child({
-      faults: 'after-response-before-commit=pause:2800',
+      faults: 'after-response-before-commit=pause:5000',
       ownerId: 'frozen',
       concurrency: 1,
     });
