@@ -2,13 +2,14 @@
  * The queue API (DESIGN §5): enqueue, inspect, cancel, review, and make workers.
  */
 import { EventEmitter } from 'node:events';
+import { performance } from 'node:perf_hooks';
 import { v7 as uuidv7 } from 'uuid';
 import { InvalidInput, JobNotFound, JobStateConflict, UnknownOperation } from '../core/errors.js';
 import { encodePayload, fingerprintOf, sha256Hex, type Json } from '../core/json.js';
 import { isOperation, type Logger, type Operation, type AnyOperation } from '../core/operation.js';
 import type { JobState } from '../core/states.js';
 import { isJobState } from '../core/states.js';
-import type { JobDetail, JobInsert, JobRecord, Store } from '../store/store.js';
+import type { JobDetail, JobInsert, JobInsertResult, JobRecord, Store } from '../store/store.js';
 import { noopObserver, silentLogger, type RuntimeObserver } from './observer.js';
 import { Faults } from './faults.js';
 import { Reclaimer } from './reclaimer.js';
@@ -145,11 +146,32 @@ export class Queue {
       throw new InvalidInput(
         'pass the transaction once for the batch: enqueueMany(op, items, { transaction })',
       );
-    const results = await this.store.jobInsertMany({
-      jobs: inserts,
-      actor: this.actor,
-      ...(batch.transaction !== undefined ? { transaction: batch.transaction } : {}),
-    });
+    // Idle workers of this process may take the fresh jobs in the enqueue's own commit (not in a
+    // transaction of the caller's: its jobs exist only if the caller commits).
+    const offers = batch.transaction === undefined ? this.handOffOffers(inserts) : undefined;
+    let results: JobInsertResult[];
+    try {
+      results = await this.store.jobInsertMany({
+        jobs: inserts,
+        actor: this.actor,
+        ...(batch.transaction !== undefined ? { transaction: batch.transaction } : {}),
+      });
+    } catch (err) {
+      if (offers) for (const o of offers) o.worker.handOffSettled(undefined, o.sentAt);
+      throw err;
+    }
+    let handed = 0;
+    if (offers)
+      for (const o of offers) {
+        const r = results[o.index]!;
+        const claimed = r.created ? r.claimed : undefined;
+        if (claimed) {
+          handed++;
+          // The caller's record and the worker's are not shared (the caller's is marked below).
+          delete (r as { claimed?: unknown }).claimed;
+        }
+        o.worker.handOffSettled(claimed, o.sentAt);
+      }
     // A silent logger is the default: no record is built for it (one per job of a batch).
     const logging = this.log !== silentLogger;
     for (const r of results) {
@@ -171,13 +193,32 @@ export class Queue {
           r.created ? 'job enqueued' : 'enqueue deduplicated by request key',
         );
     }
-    this.notifier.emit('enqueued', operation.name);
+    if (handed < results.length) this.notifier.emit('enqueued', operation.name);
     // The store's records are this call's own: marked in place, not copied.
     return results.map((r) => {
       const job = r.job as EnqueuedJob;
       job.deduplicated = !r.created;
       return job;
     });
+  }
+
+  /** Offers each new job, in order, to the first running worker of this queue object that takes it. */
+  private handOffOffers(
+    inserts: JobInsert[],
+  ): { worker: Worker; index: number; sentAt: number }[] | undefined {
+    if (this.workers.size === 0) return undefined;
+    let offers: { worker: Worker; index: number; sentAt: number }[] | undefined;
+    inserts.forEach((j, index) => {
+      for (const worker of this.workers) {
+        const lease = worker.handOffOffer(j.queue, j.operation);
+        if (!lease) continue;
+        j.leaseTo = lease;
+        // Read before the statement is sent: the local deadline is never later than the store's.
+        (offers ??= []).push({ worker, index, sentAt: performance.now() });
+        return;
+      }
+    });
+    return offers;
   }
 
   private resolve(op: AnyOperation | string): AnyOperation {

@@ -76,6 +76,10 @@ export class Worker extends EventEmitter implements AttemptHost {
    * and a transaction); new work does: an enqueue, a notification, a requeued job, the poll.
    */
   private drained = false;
+  /** Execution slots promised to hand-offs whose enqueue statement is still running. */
+  private handOffsPending = 0;
+  /** Settles when no hand-off is pending (stop() waits for it before it drains). */
+  private handOffsIdle: { promise: Promise<void>; resolve: () => void } | undefined;
   private subscription: { close(): Promise<void> } | undefined;
   private readonly onEnqueued = (op: string) => {
     if (this.ops.has(op)) this.workArrived();
@@ -209,8 +213,10 @@ export class Worker extends EventEmitter implements AttemptHost {
     this.log.info({ ownerId: this.ownerId, inFlight: this.inFlight.size }, 'worker stopping');
     this.queue.notifier.off('enqueued', this.onEnqueued);
     this.stopSignal.abort();
-    // A claim in flight when stop began may still hand us attempts: wait for it, then drain them too.
+    // A claim in flight when stop began may still hand us attempts: wait for it (and for the
+    // enqueues handing us jobs), then drain them too.
     await this.loops[0];
+    await this.handOffsIdle?.promise;
     const drained = Promise.all([...this.inFlight.values()].map((f) => f.done));
     const timer = setTimeout(() => {
       for (const { run } of this.inFlight.values())
@@ -289,8 +295,8 @@ export class Worker extends EventEmitter implements AttemptHost {
     this.wakePending = false;
     const { concurrency, prefetch, claimBatchMax } = this.settings;
     const free = Math.min(
-      concurrency + prefetch - this.executing - this.waiting.length,
-      this.holdMax - this.inFlight.size,
+      concurrency + prefetch - this.executing - this.waiting.length - this.handOffsPending,
+      this.holdMax - this.inFlight.size - this.handOffsPending,
     );
     if (free <= 0) return false;
     // Claimed ahead and still well stocked: refill in batches, once the buffer is down to half,
@@ -355,6 +361,41 @@ export class Worker extends EventEmitter implements AttemptHost {
         },
       ),
     });
+  }
+
+  /**
+   * A hand-off: an enqueue of this process offers its fresh job to this worker, to
+   * be leased in the enqueue's own commit, which saves the claim's round trip before the job
+   * starts. Taken only while the worker is idle enough: running, its last claim found the queue
+   * drained (nothing due was left behind), and an execution slot free, which stays promised
+   * until `handOffSettled`. The store still refuses the lease if a due job of the queue ranks
+   * at least as high. Returns the lease to ask for, or undefined.
+   */
+  handOffOffer(queue: string, operation: string): { ownerId: string; leaseMs: number } | undefined {
+    if (!this.running || this.stopSignal.signal.aborted || !this.drained) return undefined;
+    if (!this.ops.has(operation) || !this.settings.queues.includes(queue)) return undefined;
+    const promised = this.executing + this.waiting.length + this.handOffsPending;
+    if (promised >= this.settings.concurrency) return undefined;
+    if (this.inFlight.size + this.handOffsPending >= this.holdMax) return undefined;
+    if (this.handOffsPending++ === 0) {
+      let resolve!: () => void;
+      const promise = new Promise<void>((r) => (resolve = r));
+      this.handOffsIdle = { promise, resolve };
+    }
+    return { ownerId: this.ownerId, leaseMs: this.settings.leaseMs };
+  }
+
+  /**
+   * Ends an offer: with the attempt the store leased to this worker (held and started like a
+   * claimed one; `sentAt` read before the enqueue was sent), or without (the slot is free again).
+   */
+  handOffSettled(claimed: ClaimedAttempt | undefined, sentAt: number): void {
+    if (claimed) this.hold(claimed, sentAt);
+    if (--this.handOffsPending === 0) {
+      this.handOffsIdle?.resolve();
+      this.handOffsIdle = undefined;
+    }
+    this.pump();
   }
 
   /** Starts waiting attempts, in claim order, while execution slots are free. */

@@ -102,10 +102,16 @@ export interface JobInsert {
   maxAttempts: number;
   backoff: BackoffPolicy;
   timeoutMs: number;
+  /**
+   * A hand-off: lease the new job to this idle worker of the caller's process in the same
+   * commit, if it is due now and no due QUEUED job of its queue ranks at least as high. Stores
+   * may ignore it; the result's `claimed` says whether it was taken.
+   */
+  leaseTo?: { ownerId: string; leaseMs: number };
 }
 
 export type JobInsertResult =
-  { job: JobRecord; created: true } | { job: JobRecord; created: false };
+  { job: JobRecord; created: true; claimed?: ClaimedAttempt } | { job: JobRecord; created: false };
 
 export interface LeaseRef {
   jobId: string;

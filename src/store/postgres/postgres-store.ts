@@ -20,6 +20,7 @@
  * Connection loss: a pool or listener connection that dies never crashes the process; calls fail
  * with `StoreUnavailable` until the server is back, and the pool reconnects by itself.
  */
+import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import {
   InvalidInput,
@@ -128,6 +129,7 @@ const GROUP_ITEMS_MAX = 1_000;
  */
 const PREPARED = {
   jobInsertAllNew: 'reckon_job_insert_all_new',
+  jobInsertHandOff: 'reckon_job_insert_hand_off',
   attemptClaim: 'reckon_attempt_claim',
   attemptClaimQueues: 'reckon_attempt_claim_queues',
   attemptDispatch: 'reckon_attempt_dispatch',
@@ -628,6 +630,14 @@ export class PostgresStore implements Store {
     for (const j of jobs) keys.add(j.requestKey);
     if (keys.size < jobs.length) return this.tx((c) => this.insertJobs(c, jobs, actor));
     const { params, backoffJson } = newJobParams(jobs);
+    if (jobs.some((j) => j.leaseTo !== undefined)) {
+      try {
+        return await this.insertHandingOff(jobs, actor, params, backoffJson);
+      } catch (err) {
+        if (!isRequestKeyTaken(err)) throw err;
+        return this.tx((c) => this.insertJobs(c, jobs, actor));
+      }
+    }
     const queues = [...new Set(jobs.map((j) => j.queue))];
     let r: pg.QueryResult<{ now: number }>;
     try {
@@ -643,6 +653,59 @@ export class PostgresStore implements Store {
     this.wakeLocal(queues);
     const now = r.rows[0]!.now;
     return jobs.map((j, i) => ({ job: newQueuedJob(j, now, backoffJson[i]), created: true }));
+  }
+
+  /**
+   * `insertNow` with hand-offs (`JobInsert.leaseTo`): one statement inserts the jobs and leases
+   * those it may to the idle workers offered, as a claim would (attempt 1, its `leased` event).
+   * Wakes only the queues that got a job nobody was handed: a woken worker would find nothing.
+   */
+  private async insertHandingOff(
+    jobs: JobInsert[],
+    actor: string,
+    params: unknown[],
+    backoffJson: string[],
+  ): Promise<JobInsertResult[]> {
+    const offers = jobs.filter((j) => j.leaseTo !== undefined);
+    const tokens = new Map(offers.map((j) => [j.id, randomUUID()]));
+    const r = await this.statement<{
+      now: number;
+      handed_ids: string[];
+      lease_expires_at: string[];
+    }>(PREPARED.jobInsertHandOff, this.sql.jobInsertHandOff, [
+      ...params,
+      actor,
+      this.channel,
+      offers.map((j) => j.id),
+      offers.map((j) => j.leaseTo!.ownerId),
+      offers.map((j) => j.leaseTo!.leaseMs),
+      offers.map((j) => tokens.get(j.id)!),
+    ]);
+    const row = r.rows[0]!;
+    const now = row.now;
+    const handed = new Map<string, number>();
+    row.handed_ids.forEach((id, k) => handed.set(id, k));
+    const wakes = new Set<string>();
+    const results = jobs.map((j, i): JobInsertResult => {
+      const job = newQueuedJob(j, now, backoffJson[i]);
+      const k = handed.get(j.id);
+      if (k === undefined) {
+        wakes.add(j.queue);
+        return { job, created: true };
+      }
+      job.state = 'LEASED';
+      job.attemptCount = 1;
+      const leased = { ...job };
+      const attempt = newLeasedAttempt(leased, {
+        ownerId: j.leaseTo!.ownerId,
+        leaseToken: tokens.get(j.id)!,
+        leasedAt: now,
+        leaseExpiresAt: Number(row.lease_expires_at[k]),
+      });
+      return { job, created: true, claimed: { job: leased, attempt } };
+    });
+    this.wakeLocal(wakes);
+    return results;
   }
 
   /**
