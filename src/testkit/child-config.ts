@@ -29,6 +29,12 @@ export interface WorkerChildConfig {
   /** Fault points, `RECKON_FAULTS` syntax. */
   faults?: string;
   faultsSeed?: number;
+  /**
+   * After `ready`, the child enqueues this many jobs of this flavour itself, each once its worker
+   * is idle again (keys `flavour-0…`, inputs `{ n }`), printing `enqueued <id> <state>` for each: its own
+   * idle worker may be handed them (PostgreSQL).
+   */
+  enqueue?: { flavour: Flavour; count: number };
   /** pino level for logs on stderr; default silent. */
   logLevel?: 'debug' | 'info' | 'warn' | 'error';
 }
@@ -74,6 +80,7 @@ export function childEnv(config: ChildConfigInput): Record<string, string> {
     RECKON_FAULTS: c.faults ?? '',
     RECKON_FAULTS_SEED: String(c.faultsSeed ?? 1),
     ...(c.ownerId ? { WORKER_ID: c.ownerId } : {}),
+    ...(c.enqueue ? { WORKER_ENQUEUE: `${c.enqueue.flavour}:${c.enqueue.count}` } : {}),
     ...(c.logLevel ? { WORKER_LOG: c.logLevel } : {}),
   };
 }
@@ -106,6 +113,15 @@ export function childConfigFromEnv(env: NodeJS.ProcessEnv): WorkerChildConfig {
   const level = env.WORKER_LOG;
   const d = CHILD_DEFAULTS;
   const operationsModule = env.WORKER_OPERATIONS_MODULE || undefined;
+  let enqueue: WorkerChildConfig['enqueue'];
+  if (env.WORKER_ENQUEUE) {
+    const m = /^([a-z-]+):(\d+)$/.exec(env.WORKER_ENQUEUE);
+    if (!m || !isFlavour(m[1]!))
+      throw new Error(
+        `worker-child: WORKER_ENQUEUE must be flavour:count, got ${env.WORKER_ENQUEUE}`,
+      );
+    enqueue = { flavour: m[1], count: Number(m[2]) };
+  }
   return {
     storeUrl: need('RECKON_STORE'),
     ...(operationsModule ? { operationsModule } : { downstreamUrl: need('DOWNSTREAM_URL') }),
@@ -121,6 +137,7 @@ export function childConfigFromEnv(env: NodeJS.ProcessEnv): WorkerChildConfig {
     maxAttempts: int('OP_MAX_ATTEMPTS', d.maxAttempts),
     queues: list('WORKER_QUEUES', d.queues),
     ...(env.WORKER_ID ? { ownerId: env.WORKER_ID } : {}),
+    ...(enqueue ? { enqueue } : {}),
     ...(env.RECKON_FAULTS ? { faults: env.RECKON_FAULTS } : {}),
     ...(level === 'debug' || level === 'info' || level === 'warn' || level === 'error'
       ? { logLevel: level }

@@ -41,6 +41,8 @@ export class WorkerChild {
   readonly exited: Promise<ChildExit>;
   private exit: ChildExit | undefined;
   private stderrTail = '';
+  /** What the child's own enqueues answered (`enqueue` in its config), in order. */
+  readonly enqueued: { id: string; state: string }[] = [];
 
   constructor(config: ChildConfigInput, options: WorkerChildOptions = {}) {
     const { command, args } = workerChildCommand();
@@ -62,6 +64,8 @@ export class WorkerChild {
         out = lines.pop() ?? '';
         for (const line of lines) {
           if (line === 'ready') resolve(true);
+          const enqueued = /^enqueued (\S+) ([A-Z_]+)$/.exec(line);
+          if (enqueued) this.enqueued.push({ id: enqueued[1]!, state: enqueued[2]! });
           const fault = /^fault ([a-z-]+) (throw|kill|pause)$/.exec(line);
           if (fault) options.onFault?.(fault[1] as FaultPoint, fault[2] as FaultAction);
         }

@@ -11,7 +11,7 @@ import type { AnyOperation } from '../core/operation.js';
 import { openQueue } from '../index.js';
 import { createLogger } from '../observe/logger.js';
 import { childConfigFromEnv, type WorkerChildConfig } from './child-config.js';
-import { downstreamOperations } from './operations.js';
+import { downstreamOperations, operationName } from './operations.js';
 
 async function operationsFor(c: WorkerChildConfig): Promise<AnyOperation[]> {
   if (c.operationsModule) return loadOperations(c.operationsModule);
@@ -66,6 +66,19 @@ async function main(): Promise<void> {
   });
   await worker.start();
   process.stdout.write('ready\n');
+  if (c.enqueue) {
+    const { flavour, count } = c.enqueue;
+    const op = operations.find((o) => o.name === operationName(flavour));
+    if (!op) throw new Error(`worker-child: this child does not serve flavour ${flavour}`);
+    for (let n = 0; n < count; n++) {
+      // Each after the worker went idle (nothing held, its last claim answered), as an agent's
+      // follow-up job would be: that is when a hand-off may happen.
+      while (worker.activeCount > 0) await new Promise((r) => setTimeout(r, 5));
+      await new Promise((r) => setTimeout(r, 100));
+      const job = await q.enqueue(op, { n }, { key: `${flavour}-${n}` });
+      process.stdout.write(`enqueued ${job.id} ${job.state}\n`);
+    }
+  }
 }
 
 main().catch((err: unknown) => {

@@ -56,6 +56,46 @@ describe.each(STORE_KINDS)('DESIGN §7 fault points on %s', (kind) => {
     }
   });
 
+  it('after-attempt-commit of a job its own worker was handed at enqueue (PostgreSQL): FAILED_BEFORE_SEND, retried, once', async (ctx) => {
+    const rig = await Rig.open(ctx, kind);
+    // The child enqueues one job at a time for its own idle worker; killed at the fourth one.
+    const doomed = rig.child({
+      faults: 'after-attempt-commit=kill@4',
+      concurrency: 1,
+      ownerId: 'doomed',
+      enqueue: { flavour: 'none', count: 5 },
+    });
+    expect(await doomed.exited).toMatchObject({ signal: 'SIGKILL' });
+    // Three jobs ran whole. Where the store hands off (PostgreSQL), an enqueue answered LEASED:
+    // its job was leased in the enqueue's commit (each would, were the worker always idle by
+    // then; the child waits 100 ms for that).
+    // (The fourth answer may or may not be out before the kill.)
+    const states = doomed.enqueued.map((e) => e.state);
+    expect(states.length).toBeGreaterThanOrEqual(3);
+    if (kind === 'postgres') expect(states).toContain('LEASED');
+    else expect(new Set(states)).toEqual(new Set(['QUEUED']));
+    const jobs = await rig.q.jobs();
+    expect(jobs.map((j) => j.requestKey).sort()).toEqual(['none-0', 'none-1', 'none-2', 'none-3']);
+    const killed = jobs.find((j) => j.requestKey === 'none-3')!;
+    const before = await rig.job(killed.id);
+    expect(before.job.state).toBe('LEASED');
+    expect(before.attempts).toEqual([
+      expect.objectContaining({ ownerId: 'doomed', state: 'LEASED', dispatchedAt: null }),
+    ]);
+
+    rig.child();
+    await rig.settle();
+    const v = await rig.verdict(jobs.map((j) => j.id));
+    expectKeptPromises(v);
+    expect(v.byState.SUCCEEDED).toBe(4);
+    const { attempts } = await rig.job(killed.id);
+    expect(attempts.map((a) => [a.ownerId === 'doomed', a.state, a.reason])).toEqual([
+      [true, 'FAILED_BEFORE_SEND', 'lease-expired-before-dispatch'],
+      [false, 'SUCCEEDED', null],
+    ]);
+    for (const j of jobs) expect(rig.downstream.requestsOf(j.requestKey)).toBe(1);
+  });
+
   it('after-send-before-response: killed with the request in flight, UNKNOWN, reconciled, once', async (ctx) => {
     const rig = await Rig.open(ctx, kind);
     const [id] = await rig.enqueue('lookup', 1);
