@@ -96,7 +96,8 @@ describe.skipIf(pgReason !== null)('hand-offs on postgres', () => {
   });
 
   it('never overtakes a due job that ranks at least as high; a higher priority is handed', async () => {
-    const { q } = await setUp();
+    // One slot: a declined offer held it while the job's wake-up came, and must give it back.
+    const { q } = await setUp(1);
     // Waiting in the same queue at priority 5 (the worker does not serve it, so it stays).
     await q.enqueue(unserved, { n: 0 }, { priority: 5 });
     const succeeded = (id: string) =>

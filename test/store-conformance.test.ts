@@ -197,6 +197,7 @@ describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
           clock: 'database',
           multiHost: true,
           crossProcessNotify: true,
+          handOff: true,
         });
       else expect(store.capabilities.clock).toBe('host');
     });

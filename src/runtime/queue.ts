@@ -206,7 +206,7 @@ export class Queue {
   private handOffOffers(
     inserts: JobInsert[],
   ): { worker: Worker; index: number; sentAt: number }[] | undefined {
-    if (this.workers.size === 0) return undefined;
+    if (this.workers.size === 0 || !this.store.capabilities.handOff) return undefined;
     let offers: { worker: Worker; index: number; sentAt: number }[] | undefined;
     inserts.forEach((j, index) => {
       for (const worker of this.workers) {

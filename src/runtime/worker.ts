@@ -396,6 +396,9 @@ export class Worker extends EventEmitter implements AttemptHost {
       this.handOffsIdle = undefined;
     }
     this.pump();
+    // Declined: the slot promised to it is free again. The job's wake-up may have found the
+    // worker full (that promise counted), so a claim now takes it, unless nothing is due.
+    if (!claimed) this.roomFreed();
   }
 
   /** Starts waiting attempts, in claim order, while execution slots are free. */

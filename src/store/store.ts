@@ -229,6 +229,8 @@ export interface StoreCapabilities {
   readonly multiHost: boolean;
   /** The store can wake workers in other processes when work arrives. */
   readonly crossProcessNotify: boolean;
+  /** The store honours `JobInsert.leaseTo` (a hand-off to an idle local worker). */
+  readonly handOff: boolean;
 }
 
 export interface Store {

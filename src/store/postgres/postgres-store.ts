@@ -191,6 +191,7 @@ export class PostgresStore implements Store {
     clock: 'database',
     multiHost: true,
     crossProcessNotify: true,
+    handOff: true,
   };
   readonly schema: string;
   private readonly sql: Statements;

@@ -285,6 +285,8 @@ export class SqliteStore implements Store {
     clock: 'host',
     multiHost: false,
     crossProcessNotify: true,
+    // Its claim is already an unsynced write in this process: a hand-off would save little.
+    handOff: false,
   };
   private db: Database.Database | null = null;
   private readonly now: () => number;
