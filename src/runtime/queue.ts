@@ -165,11 +165,7 @@ export class Queue {
       for (const o of offers) {
         const r = results[o.index]!;
         const claimed = r.created ? r.claimed : undefined;
-        if (claimed) {
-          handed++;
-          // The caller's record and the worker's are not shared (the caller's is marked below).
-          delete (r as { claimed?: unknown }).claimed;
-        }
+        if (claimed) handed++;
         o.worker.handOffSettled(claimed, o.sentAt);
       }
     // A silent logger is the default: no record is built for it (one per job of a batch).

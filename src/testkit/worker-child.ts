@@ -26,6 +26,13 @@ async function operationsFor(c: WorkerChildConfig): Promise<AnyOperation[]> {
   );
 }
 
+/** Its own enqueues (`enqueue`): how often it looks whether its worker holds nothing, ... */
+const IDLE_CHECK_MS = 5;
+/** ... and how long it then waits, so that the worker's last claim has answered. */
+const IDLE_SETTLE_MS = 100;
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
 async function main(): Promise<void> {
   const c = childConfigFromEnv(process.env);
   const q = await openQueue({
@@ -73,8 +80,8 @@ async function main(): Promise<void> {
     for (let n = 0; n < count; n++) {
       // Each after the worker went idle (nothing held, its last claim answered), as an agent's
       // follow-up job would be: that is when a hand-off may happen.
-      while (worker.activeCount > 0) await new Promise((r) => setTimeout(r, 5));
-      await new Promise((r) => setTimeout(r, 100));
+      while (worker.activeCount > 0) await sleep(IDLE_CHECK_MS);
+      await sleep(IDLE_SETTLE_MS);
       const job = await q.enqueue(op, { n }, { key: `${flavour}-${n}` });
       process.stdout.write(`enqueued ${job.id} ${job.state}\n`);
     }

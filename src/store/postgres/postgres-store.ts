@@ -20,7 +20,6 @@
  * Connection loss: a pool or listener connection that dies never crashes the process; calls fail
  * with `StoreUnavailable` until the server is back, and the pool reconnects by itself.
  */
-import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import {
   InvalidInput,
@@ -37,6 +36,7 @@ import {
   assertFinishLegal,
   assertTransitionLegal,
   leaseHolds,
+  newLeaseToken,
   transitionApplies,
 } from '../rules.js';
 import {
@@ -668,29 +668,27 @@ export class PostgresStore implements Store {
     backoffJson: string[],
   ): Promise<JobInsertResult[]> {
     const offers = jobs.filter((j) => j.leaseTo !== undefined);
-    const tokens = new Map(offers.map((j) => [j.id, randomUUID()]));
-    const r = await this.statement<{
-      now: number;
-      handed_ids: string[];
-      lease_expires_at: string[];
-    }>(PREPARED.jobInsertHandOff, this.sql.jobInsertHandOff, [
-      ...params,
-      actor,
-      this.channel,
-      offers.map((j) => j.id),
-      offers.map((j) => j.leaseTo!.ownerId),
-      offers.map((j) => j.leaseTo!.leaseMs),
-      offers.map((j) => tokens.get(j.id)!),
-    ]);
+    const tokens = new Map(offers.map((j) => [j.id, newLeaseToken()]));
+    const r = await this.statement<{ now: number; handed_ids: string[] }>(
+      PREPARED.jobInsertHandOff,
+      this.sql.jobInsertHandOff,
+      [
+        ...params,
+        actor,
+        this.channel,
+        offers.map((j) => j.id),
+        offers.map((j) => j.leaseTo!.ownerId),
+        offers.map((j) => j.leaseTo!.leaseMs),
+        offers.map((j) => tokens.get(j.id)!),
+      ],
+    );
     const row = r.rows[0]!;
     const now = row.now;
-    const handed = new Map<string, number>();
-    row.handed_ids.forEach((id, k) => handed.set(id, k));
+    const handed = new Set(row.handed_ids);
     const wakes = new Set<string>();
     const results = jobs.map((j, i): JobInsertResult => {
       const job = newQueuedJob(j, now, backoffJson[i]);
-      const k = handed.get(j.id);
-      if (k === undefined) {
+      if (!handed.has(j.id)) {
         wakes.add(j.queue);
         return { job, created: true };
       }
@@ -701,7 +699,8 @@ export class PostgresStore implements Store {
         ownerId: j.leaseTo!.ownerId,
         leaseToken: tokens.get(j.id)!,
         leasedAt: now,
-        leaseExpiresAt: Number(row.lease_expires_at[k]),
+        // As the statement computed it: now and the lease are whole milliseconds.
+        leaseExpiresAt: now + j.leaseTo!.leaseMs,
       });
       return { job, created: true, claimed: { job: leased, attempt } };
     });

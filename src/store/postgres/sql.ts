@@ -172,14 +172,19 @@ input AS (
     AS u(id, request_key, request_fingerprint, input_json,
       ${NEW_JOB_SHARED.map(([name]) => name).join(', ')})
 )`;
-  /** The INSERT of `input` into jobs (the ON CONFLICT clause, RETURNING … follow it). */
-  const insertJobs = `
+  /**
+   * The INSERT of `input` (as `n`, with `now`) into jobs, in `state` with `attemptCount`, both SQL
+   * expressions over `from`; an ON CONFLICT clause or RETURNING … may follow it.
+   */
+  const insertJobsAs = (state: string, attemptCount: string, from: string) => `
   INSERT INTO ${jobs} (id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id,
-    state, priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms)
+    state, priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms,
+    attempt_count)
   SELECT n.id, n.queue, n.operation, n.input_json, n.request_key, n.request_fingerprint, n.run_id, n.step_id,
-    'QUEUED', n.priority, coalesce(${fromMs('n.run_at')}, now.t + ${millis('n.delay_ms')}), now.t, now.t,
-    n.max_attempts, n.backoff_json, n.timeout_ms
-  FROM input n, now`;
+    ${state}, n.priority, coalesce(${fromMs('n.run_at')}, now.t + ${millis('n.delay_ms')}), now.t, now.t,
+    n.max_attempts, n.backoff_json, n.timeout_ms, ${attemptCount}
+  FROM ${from}`;
+  const insertJobs = insertJobsAs(`'QUEUED'`, '0', 'input n, now');
   const actor = `$${NEW_JOB_PARAM_COUNT + 1}`;
   /** The claim statement around its `picked` CTE (the due jobs to lease, locked). */
   // The claim commits without waiting for its WAL flush (`synchronous_commit` off for its own
@@ -370,13 +375,13 @@ FROM now`,
      * `jobInsertAllNew` that also hands some of the new jobs straight to idle workers of this
      * process: the enqueue and the claim in one durable commit, one round trip fewer before the
      * job starts. After the actor: $+2 the channel, then the offers, one per index: $+3 job id
-     * (text[]), $+4 owner (text[]), $+5 lease ms (bigint[]), $+6 lease token (text[], random
-     * UUIDs made by the caller: gen_random_uuid() cost 0.1 ms here). An offered job is leased (attempt 1,
+     * (text[]), $+4 owner (text[]), $+5 lease ms (bigint[]), $+6 lease token (text[], made by the
+     * caller, as the SQLite store makes them). An offered job is leased (attempt 1,
      * its `leased` event after its `enqueued` one) only when it is due now and no due QUEUED job
      * of its queue, in the store or unoffered in this batch, ranks at least as high (priority):
      * a hand-off never overtakes a job the claim would take first. The other jobs are inserted
-     * QUEUED and their queues notified. Returns one row: now, and the handed jobs' ids and lease
-     * expiries (epoch ms), in matching order.
+     * QUEUED and their queues notified. Returns one row: now (epoch ms) and the handed jobs' ids; a
+     * handed lease expires at now + its lease ms.
      */
     jobInsertHandOff: `${newJobs},
 offer AS MATERIALIZED (
@@ -403,15 +408,11 @@ handed AS MATERIALIZED (
       SELECT 1 FROM due u
       WHERE u.owner_id IS NULL AND u.due_now AND u.queue = d.queue AND u.priority >= d.priority)
 ),
-inserted AS (
-  INSERT INTO ${jobs} (id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id,
-    state, priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms,
-    attempt_count)
-  SELECT n.id, n.queue, n.operation, n.input_json, n.request_key, n.request_fingerprint, n.run_id, n.step_id,
-    CASE WHEN h.id IS NULL THEN 'QUEUED' ELSE 'LEASED' END, n.priority,
-    coalesce(${fromMs('n.run_at')}, now.t + ${millis('n.delay_ms')}), now.t, now.t,
-    n.max_attempts, n.backoff_json, n.timeout_ms, CASE WHEN h.id IS NULL THEN 0 ELSE 1 END
-  FROM input n CROSS JOIN now LEFT JOIN handed h ON h.id = n.id
+inserted AS (${insertJobsAs(
+      `CASE WHEN h.id IS NULL THEN 'QUEUED' ELSE 'LEASED' END`,
+      'CASE WHEN h.id IS NULL THEN 0 ELSE 1 END',
+      'input n CROSS JOIN now LEFT JOIN handed h ON h.id = n.id',
+    )}
 ),
 attempt AS (
   INSERT INTO ${attempts} (job_id, attempt_no, request_key, request_fingerprint, state, owner_id,
@@ -436,8 +437,7 @@ logged AS (
   ORDER BY e.job_id, e.step
 )
 SELECT ${toMs('now.t')} AS now,
-  ARRAY(SELECT h.id FROM handed h ORDER BY h.id) AS handed_ids,
-  ARRAY(SELECT ${toMs('h.lease_expires_at')} FROM handed h ORDER BY h.id) AS lease_expires_at,
+  ARRAY(SELECT h.id FROM handed h) AS handed_ids,
   (SELECT count(pg_notify($${NEW_JOB_PARAM_COUNT + 2}::text, q.queue))
      FROM (SELECT DISTINCT n.queue FROM input n WHERE n.id NOT IN (SELECT id FROM handed)) q) AS woken
 FROM now`,
