@@ -18,7 +18,35 @@ import { dropLeftoverDatabases, median, tolerateTeardownTermination } from './li
 import { ALL_SYSTEMS } from './systems/all.js';
 import { WORKLOADS, type Metrics, type Sizes } from './workloads.js';
 
+const USAGE = `Usage: npm run bench -- [options]
+
+Runs reckon (SQLite and PostgreSQL stores, full journal) and its peers on the same workloads,
+interleaved round by round, each on a fresh database; prints medians and reckon's ratio to each
+peer. PostgreSQL at 127.0.0.1:5432 (user postgres), Redis at 127.0.0.1:6379 (db 9).
+
+Options:
+  --quick                 small sizes and one round (a smoke run, not a measurement)
+  --rounds N              rounds per workload (default 3; bulk-loaded workloads run once)
+  --systems a,b           systems to run (default: all): ${Object.keys(ALL_SYSTEMS).join(', ')}
+  --workloads a,b         workloads to run (default: all): ${WORKLOADS.map((w) => w.name).join(', ')}
+  --json                  print the report as JSON on stdout (progress goes to stderr)
+  --out FILE              also write the JSON report to FILE (for bench/report.ts)
+  --enqueue-jobs N        jobs per enqueue run (default 20000; batched: 5x)
+  --process-jobs N        jobs pre-enqueued per processing run (default 100000)
+  --latency-jobs N        jobs per latency run, at 200 jobs/s (default 4000)
+  --claim-waiting N       jobs waiting in claim-1m (default 1000000)
+  --claim-waiting-small N jobs waiting in claim-10k (default 10000)
+  --claim-samples N       timed claims per claim run (default 1000)
+  --memory-waiting N      jobs waiting in memory-1m (default 1000000)
+  --memory-ms N           how long the memory-1m worker runs before it is measured (default 5000)
+  -h, --help              this text
+`;
+
+/** A mistake in the command line: said in one line, with no stack. */
+class UsageError extends Error {}
+
 interface Args {
+  help?: boolean;
   quick: boolean;
   json: boolean;
   out?: string;
@@ -43,10 +71,11 @@ function parseArgs(argv: string[]): Args {
     const value = () => inline ?? argv[++i] ?? '';
     const int = () => {
       const n = Number(value());
-      if (!Number.isInteger(n) || n < 1) throw new Error(`${name} takes a positive integer`);
+      if (!Number.isInteger(n) || n < 1) throw new UsageError(`${name} takes a positive integer`);
       return n;
     };
-    if (name === '--quick') a.quick = true;
+    if (name === '--help' || name === '-h') a.help = true;
+    else if (name === '--quick') a.quick = true;
     else if (name === '--json') a.json = true;
     else if (name === '--out') a.out = value();
     else if (name === '--rounds') a.rounds = int();
@@ -60,7 +89,7 @@ function parseArgs(argv: string[]): Args {
     else if (name === '--claim-samples') a.claimSamples = int();
     else if (name === '--memory-waiting') a.memoryWaiting = int();
     else if (name === '--memory-ms') a.memoryMs = int();
-    else throw new Error(`unknown flag ${flag}`);
+    else throw new UsageError(`unknown flag ${flag} (npm run bench -- --help lists them)`);
   }
   return a;
 }
@@ -69,6 +98,10 @@ type Results = Record<string, Record<string, Metrics[]>>;
 
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
+  if (args.help) {
+    process.stdout.write(USAGE);
+    return;
+  }
   const sizes: Sizes = {
     enqueueJobs: args.enqueueJobs ?? (args.quick ? 2_000 : 20_000),
     processJobs: args.processJobs ?? (args.quick ? 5_000 : 100_000),
@@ -86,7 +119,9 @@ async function main(): Promise<void> {
   };
   const rounds = args.rounds ?? (args.quick ? 1 : 3);
   const systemNames = args.systems ?? Object.keys(ALL_SYSTEMS);
-  for (const n of systemNames) if (!ALL_SYSTEMS[n]) throw new Error(`unknown system ${n}`);
+  for (const n of systemNames) if (!ALL_SYSTEMS[n]) throw new UsageError(`unknown system ${n}`);
+  for (const n of args.workloads ?? [])
+    if (!WORKLOADS.some((w) => w.name === n)) throw new UsageError(`unknown workload ${n}`);
   const workloads = WORKLOADS.filter((w) => !args.workloads || args.workloads.includes(w.name));
   const log = (m: string) => (args.json ? process.stderr : process.stdout).write(m + '\n');
   tolerateTeardownTermination();
@@ -205,6 +240,10 @@ function printSummary(
 main().then(
   () => process.exit(0),
   (err: unknown) => {
+    if (err instanceof UsageError) {
+      console.error(`bench: ${err.message}`);
+      process.exit(2);
+    }
     console.error(err);
     process.exit(1);
   },
