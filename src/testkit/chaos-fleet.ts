@@ -4,8 +4,8 @@
  * arrives; whatever died is restarted, with or without fault points, until the calm phase.
  */
 import type { FaultAction, FaultPoint } from '../runtime/faults.js';
-import type { ChildConfigInput } from './child-config.js';
-import { startWorkerChild, type WorkerChild } from './fleet.js';
+import type { ChildConfigInput, ChildEnqueue } from './child-config.js';
+import { startWorkerChild, type ChildEnqueued, type WorkerChild } from './fleet.js';
 
 export interface ChaosKills {
   /** SIGKILLs sent by the harness at random moments. */
@@ -30,12 +30,18 @@ export class ChaosFleet {
   readonly crashes: string[] = [];
   /** Fault points that fired in the children, by `point:action`. */
   readonly faultsFired: Record<string, number> = {};
+  /** The jobs the children enqueued themselves, by request key (the latest answer for each). */
+  readonly enqueued = new Map<string, ChildEnqueued>();
+  /** Of those enqueues, the ones that created a job and were answered LEASED: hand-offs. */
+  handOffs = 0;
 
   constructor(
     size: number,
     private readonly config: ChildConfigInput,
     private readonly seed: number,
     private readonly env: Record<string, string> = {},
+    /** The jobs each slot's worker enqueues itself, at every (re)start. */
+    private readonly enqueues: (slot: number) => ChildEnqueue[] = () => [],
   ) {
     this.slots = new Array<WorkerChild | undefined>(size).fill(undefined);
   }
@@ -103,6 +109,7 @@ export class ChaosFleet {
 
   private start(slot: number, faults: string): void {
     const generation = ++this.generation;
+    const enqueue = this.enqueues(slot);
     const child = startWorkerChild(
       {
         ...this.config,
@@ -110,8 +117,16 @@ export class ChaosFleet {
         faults,
         // Each child draws its own probabilistic faults, reproducibly from the run's seed.
         faultsSeed: (this.seed + generation) >>> 0 || 1,
+        ...(enqueue.length > 0 ? { enqueue } : {}),
       },
-      { env: this.env, onFault: (point, action) => this.faultFired(point, action) },
+      {
+        env: this.env,
+        onFault: (point, action) => this.faultFired(point, action),
+        onEnqueued: (e) => {
+          this.enqueued.set(e.key, e);
+          if (e.created && e.state === 'LEASED') this.handOffs++;
+        },
+      },
     );
     this.slots[slot] = child;
     void child.exited.then(() => {

@@ -50,6 +50,12 @@ export function renderChaosReport(r: ChaosReport, colour: boolean): string {
     .map(([point, n]) => [`  ${point}`, n] as [string, number]);
   table.push(
     ['delivered (enqueued)', r.delivered],
+    ...(r.followUps > 0
+      ? [
+          ['  enqueued by the workers (follow-ups)', r.followUps] as [string, number],
+          ['    handed to the idle worker at enqueue', r.handOffs] as [string, number],
+        ]
+      : []),
     ['succeeded', r.succeeded],
     ['  reconciled by lookup', r.reconciledByLookup],
     ['  reconciled by the late worker', r.reconciledByLateWorker],

@@ -87,6 +87,14 @@ export interface ChaosOptions {
   seed?: number;
   /** Built-in operations: which recovery paths. Default 'mixed' (2 lookup : 2 idempotent : 1 none). */
   scenario?: ChaosScenario;
+  /**
+   * Of `jobs` (built-in workload), how many the worker processes enqueue themselves, as an
+   * agent's follow-up work comes: each worker its share, one job at a time, whenever its worker
+   * is idle, and again from the start after each restart (a job already there is found by its
+   * key). Where the store hands off (PostgreSQL), such a job may be leased to the enqueuing
+   * worker in the enqueue's own commit: this puts hand-offs under the kills. Default 0.
+   */
+  followUps?: number;
   kills?: ChaosKillPolicy;
   /** Built-in downstream's misbehaviour per request (seeded). Default `DEFAULT_DOWNSTREAM_WEIGHTS`. */
   downstream?: RandomPolicyWeights;
@@ -118,6 +126,10 @@ export interface ChaosReport {
   /** Jobs this run enqueued, and the jobs the journal holds of them. */
   jobs: number;
   delivered: number;
+  /** Of `jobs`, those the workers enqueued themselves (`followUps`), and how many of those were
+   * handed to the enqueuing worker in the enqueue's commit (PostgreSQL). */
+  followUps: number;
+  handOffs: number;
   succeeded: number;
   failed: number;
   inReview: number;

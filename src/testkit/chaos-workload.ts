@@ -44,11 +44,14 @@ export function armKillOnReceipt(
   };
 }
 
+/** A job of the built-in workload: its flavour and number say what a worker child enqueues. */
+export type BuiltInItem = ChaosWorkItem & { flavour: Flavour; n: number };
+
 export function builtInWorkload(
   o: { scenario: ChaosScenario; jobs: number; worker: ChaosWorkerSettings },
   url: string,
   runTag: string,
-): ChaosWorkItem[] {
+): BuiltInItem[] {
   const mix = o.scenario === 'mixed' ? FLAVOUR_MIX : [o.scenario];
   // The same settings as the workers' operations: the job's timeout decides when a lookup may run.
   const settings = {
@@ -61,7 +64,13 @@ export function builtInWorkload(
   // Keys carry a run tag, so a reused store never deduplicates them into an earlier run's jobs.
   return Array.from({ length: o.jobs }, (_, n) => {
     const flavour = mix[n % mix.length]!;
-    return { operation: ops.get(flavour)!, input: { n }, key: `${flavour}-${runTag}-${n}` };
+    return {
+      operation: ops.get(flavour)!,
+      input: { n },
+      key: `${flavour}-${runTag}-${n}`,
+      flavour,
+      n,
+    };
   });
 }
 

@@ -103,6 +103,8 @@ export function defaultFaultMenu(
 const PAUSE_MARGIN_MS = 250;
 
 const TICK_MS = 100;
+/** After the deadline, how long the calm workers may still take to report their follow-ups' ids. */
+const FOLLOW_UP_IDS_WAIT_MS = 15_000;
 /** Workers that fail to start this often mean a broken setup (module, store), not chaos. */
 const START_FAILURES_MAX = 5;
 
@@ -132,6 +134,9 @@ export async function runChaos(options: ChaosOptions = {}): Promise<ChaosReport>
           runTag,
         ),
       });
+  // The built-in workload, decided up front; its last `followUps` jobs are the workers' own.
+  const builtIn = custom ? [] : builtInWorkload(o, downstream!.url, runTag);
+  const followUps = builtIn.slice(builtIn.length - o.followUps);
   const fleet = new ChaosFleet(
     o.workers,
     {
@@ -142,6 +147,10 @@ export async function runChaos(options: ChaosOptions = {}): Promise<ChaosReport>
     },
     o.seed,
     options.workerEnv,
+    (slot) =>
+      followUps
+        .filter((_, k) => k % o.workers === slot)
+        .map(({ flavour, n, key }) => ({ flavour, n, key })),
   );
   let q: Queue | undefined;
   try {
@@ -163,23 +172,42 @@ export async function runChaos(options: ChaosOptions = {}): Promise<ChaosReport>
           random: mulberry32(o.seed ^ 0x5eed),
           runTag,
         })
-      : builtInWorkload(o, downstream!.url, runTag);
+      : builtIn.slice(0, builtIn.length - followUps.length);
     const ids = await enqueueAll(q, items);
+    const expected = ids.length + followUps.length;
     const faults = () => (rand() < o.kills.faultShare ? pick(o.kills.faultMenu, rand) : '');
     if (downstream) armKillOnReceipt(downstream, fleet, o.seed, runTag, o.kills.onReceipt);
     fleet.startAll(faults);
-    const settled = await chaosLoop(q, fleet, downstream, o, {
+    let settled = await chaosLoop(q, fleet, downstream, o, {
       baseline,
-      jobs: ids.length,
+      jobs: expected,
       rand,
       faults,
       started,
     });
     if (downstream) downstream.onRequest = undefined;
+    // Each follow-up's id, from the child that enqueued it (or, if it died before saying so, from
+    // its successor, which finds the job by its key): the calm workers walk their lists to the end.
+    if (followUps.length > 0)
+      settled =
+        (await waitFor(
+          () => fleet.enqueued.size >= followUps.length,
+          started + o.deadlineMs + FOLLOW_UP_IDS_WAIT_MS,
+        )) && settled;
     await fleet.stopAll();
+    ids.push(...[...fleet.enqueued.values()].map((e) => e.id));
     const details = await jobDetails(q, ids);
     const verdict = judgeDetails(details, await ledgerFor(options.ledger, downstream, details));
-    return report(o, { storeUrl, custom, ids, verdict, fleet, downstream, settled, started });
+    return report(o, {
+      storeUrl,
+      custom,
+      expected,
+      verdict,
+      fleet,
+      downstream,
+      settled,
+      started,
+    });
   } finally {
     await fleet.killAll();
     await q?.close();
@@ -189,7 +217,10 @@ export async function runChaos(options: ChaosOptions = {}): Promise<ChaosReport>
 }
 
 type Resolved = Required<
-  Pick<ChaosOptions, 'jobs' | 'workers' | 'seed' | 'scenario' | 'chaosMs' | 'calmAt' | 'deadlineMs'>
+  Pick<
+    ChaosOptions,
+    'jobs' | 'followUps' | 'workers' | 'seed' | 'scenario' | 'chaosMs' | 'calmAt' | 'deadlineMs'
+  >
 > & {
   kills: Required<ChaosKillPolicy>;
   worker: ChaosWorkerSettings;
@@ -218,8 +249,12 @@ function validate(options: ChaosOptions): Resolved {
     throw new TypeError('chaos workload and ledger are for your own operationsModule');
   const worker = { ...CHAOS_WORKER_DEFAULTS, ...(options.worker ?? {}) };
   const k = options.kills ?? {};
+  const jobs = int('jobs', options.jobs ?? 300, 1, 100_000);
+  if (custom && options.followUps)
+    throw new TypeError('chaos followUps are jobs of the built-in workload, not of yours');
   return {
-    jobs: int('jobs', options.jobs ?? 300, 1, 100_000),
+    jobs,
+    followUps: int('followUps', options.followUps ?? 0, 0, jobs),
     workers: int('workers', options.workers ?? 3, 1, 64),
     seed: int('seed', options.seed ?? Math.floor(Math.random() * 2 ** 31), 0, 2 ** 32 - 1),
     scenario,
@@ -295,7 +330,8 @@ function report(
   r: {
     storeUrl: string;
     custom: boolean;
-    ids: string[];
+    /** Jobs the run enqueued or had its workers enqueue. */
+    expected: number;
     verdict: Verdict;
     fleet: ChaosFleet;
     downstream: Downstream | undefined;
@@ -318,8 +354,10 @@ function report(
     storeUrl: redactStoreUrl(r.storeUrl),
     scenario: r.custom ? 'custom' : o.scenario,
     workers: o.workers,
-    jobs: r.ids.length,
+    jobs: r.expected,
     delivered: v.jobs,
+    followUps: o.followUps,
+    handOffs: fleet.handOffs,
     succeeded: v.byState.SUCCEEDED,
     failed: v.byState.FAILED,
     inReview: v.byState.NEEDS_REVIEW,
@@ -329,7 +367,7 @@ function report(
     retriedWithSameKey: v.resolvedBy.sameKey,
     retriedNotSent: v.expiredBeforeDispatch,
     lateEvidence: v.lateEvidence,
-    lost: v.unsettled.length + Math.max(0, r.ids.length - v.jobs),
+    lost: v.unsettled.length + Math.max(0, r.expected - v.jobs),
     duplicates: v.duplicates.length,
     effects: downstream?.stats.effects ?? null,
     requests: downstream?.stats.requests ?? null,
@@ -352,6 +390,15 @@ async function settledCount(q: Queue): Promise<number> {
     (n, s) => n + s.counts.SUCCEEDED + s.counts.FAILED + s.counts.CANCELLED + s.counts.NEEDS_REVIEW,
     0,
   );
+}
+
+/** Polls `done` every tick until it holds (true) or `until` (epoch ms) passed (false). */
+async function waitFor(done: () => boolean, until: number): Promise<boolean> {
+  while (!done()) {
+    if (Date.now() > until) return false;
+    await new Promise((r) => setTimeout(r, TICK_MS));
+  }
+  return true;
 }
 
 function pick(list: readonly string[], rand: () => number): string {

@@ -30,14 +30,25 @@ export interface WorkerChildConfig {
   faults?: string;
   faultsSeed?: number;
   /**
-   * After `ready`, the child enqueues this many jobs of this flavour itself, each once its worker
-   * is idle again (keys `flavour-0…`, inputs `{ n }`), printing `enqueued <id> <state>` for each: its own
-   * idle worker may be handed them (PostgreSQL).
+   * After `ready`, the child enqueues these jobs itself, in order, each once its worker is idle
+   * again (input `{ n }`), as an agent's follow-up work would come: its own idle worker may be
+   * handed them (PostgreSQL). It prints `enqueued <id> <state> <created|existing> <key>` for each.
+   * A restarted child walks its list again: a job its predecessor enqueued is found by its key
+   * (invariant 9) and the next follows at once.
    */
-  enqueue?: { flavour: Flavour; count: number };
+  enqueue?: ChildEnqueue[];
   /** pino level for logs on stderr; default silent. */
   logLevel?: 'debug' | 'info' | 'warn' | 'error';
 }
+
+/** A job a worker child enqueues itself. Keys: letters, digits and `. _ / -`. */
+export interface ChildEnqueue {
+  flavour: Flavour;
+  n: number;
+  key: string;
+}
+
+const ENQUEUE_ITEM = /^([a-z-]+):(\d+):([\w./-]+)$/;
 
 export const CHILD_DEFAULTS: Omit<
   WorkerChildConfig,
@@ -80,7 +91,9 @@ export function childEnv(config: ChildConfigInput): Record<string, string> {
     RECKON_FAULTS: c.faults ?? '',
     RECKON_FAULTS_SEED: String(c.faultsSeed ?? 1),
     ...(c.ownerId ? { WORKER_ID: c.ownerId } : {}),
-    ...(c.enqueue ? { WORKER_ENQUEUE: `${c.enqueue.flavour}:${c.enqueue.count}` } : {}),
+    ...(c.enqueue
+      ? { WORKER_ENQUEUE: c.enqueue.map((e) => `${e.flavour}:${e.n}:${e.key}`).join(',') }
+      : {}),
     ...(c.logLevel ? { WORKER_LOG: c.logLevel } : {}),
   };
 }
@@ -115,12 +128,14 @@ export function childConfigFromEnv(env: NodeJS.ProcessEnv): WorkerChildConfig {
   const operationsModule = env.WORKER_OPERATIONS_MODULE || undefined;
   let enqueue: WorkerChildConfig['enqueue'];
   if (env.WORKER_ENQUEUE) {
-    const m = /^([a-z-]+):(\d+)$/.exec(env.WORKER_ENQUEUE);
-    if (!m || !isFlavour(m[1]!))
-      throw new Error(
-        `worker-child: WORKER_ENQUEUE must be flavour:count, got ${env.WORKER_ENQUEUE}`,
-      );
-    enqueue = { flavour: m[1], count: Number(m[2]) };
+    enqueue = env.WORKER_ENQUEUE.split(',').map((item) => {
+      const m = ENQUEUE_ITEM.exec(item);
+      if (!m || !isFlavour(m[1]!))
+        throw new Error(
+          `worker-child: WORKER_ENQUEUE must list flavour:n:key items, got ${JSON.stringify(item)}`,
+        );
+      return { flavour: m[1], n: Number(m[2]), key: m[3]! };
+    });
   }
   return {
     storeUrl: need('RECKON_STORE'),

@@ -19,6 +19,16 @@ export interface WorkerChildOptions {
   env?: Record<string, string>;
   /** Called when the child reports that a fault point fired (`fault <point> <action>` on stdout). */
   onFault?: (point: FaultPoint, action: FaultAction) => void;
+  /** Called for each job the child enqueued itself (`enqueue` in its config). */
+  onEnqueued?: (e: ChildEnqueued) => void;
+}
+
+/** A job a child enqueued itself: `created` false when its key was already there. */
+export interface ChildEnqueued {
+  id: string;
+  state: string;
+  created: boolean;
+  key: string;
 }
 
 /** How to run worker-child: from dist as plain JS, or from src through tsx (tests). */
@@ -42,7 +52,7 @@ export class WorkerChild {
   private exit: ChildExit | undefined;
   private stderrTail = '';
   /** What the child's own enqueues answered (`enqueue` in its config), in order. */
-  readonly enqueued: { id: string; state: string }[] = [];
+  readonly enqueued: ChildEnqueued[] = [];
 
   constructor(config: ChildConfigInput, options: WorkerChildOptions = {}) {
     const { command, args } = workerChildCommand();
@@ -64,8 +74,17 @@ export class WorkerChild {
         out = lines.pop() ?? '';
         for (const line of lines) {
           if (line === 'ready') resolve(true);
-          const enqueued = /^enqueued (\S+) ([A-Z_]+)$/.exec(line);
-          if (enqueued) this.enqueued.push({ id: enqueued[1]!, state: enqueued[2]! });
+          const enqueued = /^enqueued (\S+) ([A-Z_]+) (created|existing) (\S+)$/.exec(line);
+          if (enqueued) {
+            const e = {
+              id: enqueued[1]!,
+              state: enqueued[2]!,
+              created: enqueued[3] === 'created',
+              key: enqueued[4]!,
+            };
+            this.enqueued.push(e);
+            options.onEnqueued?.(e);
+          }
           const fault = /^fault ([a-z-]+) (throw|kill|pause)$/.exec(line);
           if (fault) options.onFault?.(fault[1] as FaultPoint, fault[2] as FaultAction);
         }

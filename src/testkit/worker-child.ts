@@ -74,16 +74,22 @@ async function main(): Promise<void> {
   await worker.start();
   process.stdout.write('ready\n');
   if (c.enqueue) {
-    const { flavour, count } = c.enqueue;
-    const op = operations.find((o) => o.name === operationName(flavour));
-    if (!op) throw new Error(`worker-child: this child does not serve flavour ${flavour}`);
-    for (let n = 0; n < count; n++) {
+    let waitIdle = true;
+    for (const { flavour, n, key } of c.enqueue) {
+      const op = operations.find((o) => o.name === operationName(flavour));
+      if (!op) throw new Error(`worker-child: this child does not serve flavour ${flavour}`);
       // Each after the worker went idle (nothing held, its last claim answered), as an agent's
-      // follow-up job would be: that is when a hand-off may happen.
-      while (worker.activeCount > 0) await sleep(IDLE_CHECK_MS);
-      await sleep(IDLE_SETTLE_MS);
-      const job = await q.enqueue(op, { n }, { key: `${flavour}-${n}` });
-      process.stdout.write(`enqueued ${job.id} ${job.state}\n`);
+      // follow-up job would be: that is when a hand-off may happen. A job found by its key was
+      // enqueued before this child started; the next one follows without waiting.
+      if (waitIdle) {
+        while (worker.activeCount > 0) await sleep(IDLE_CHECK_MS);
+        await sleep(IDLE_SETTLE_MS);
+      }
+      const job = await q.enqueue(op, { n }, { key });
+      waitIdle = !job.deduplicated;
+      process.stdout.write(
+        `enqueued ${job.id} ${job.state} ${job.deduplicated ? 'existing' : 'created'} ${key}\n`,
+      );
     }
   }
 }

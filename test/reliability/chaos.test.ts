@@ -67,6 +67,30 @@ describe.each(STORE_KINDS)('chaos on %s', (kind) => {
   });
 });
 
+describe.each(STORE_KINDS)('chaos with follow-ups on %s', (kind) => {
+  it('every job enqueued by an idle worker under kills (handed off on PostgreSQL): every effect at most once, every job settled', async (ctx) => {
+    const store = await chaosStore(ctx, kind);
+    // An agent's pattern: each worker enqueues its next job when it has nothing to do, so on
+    // PostgreSQL most of them are leased to it in the enqueue's own commit, and the kills (and
+    // the fault points: killed right after that commit, before the marker, ...) land on those.
+    const report = await runChaos({
+      ...CI_CHAOS,
+      jobs: 90,
+      followUps: 90,
+      kills: { everyMs: 500 },
+      chaosMs: 12_000,
+      storeUrl: store.url,
+      seed: 20_261_204,
+    });
+    expectOk(report);
+    expect(report).toMatchObject({ jobs: 90, delivered: 90, followUps: 90 });
+    expect(report.succeeded + report.failed + report.inReview).toBe(90);
+    expect(report.kills.total).toBeGreaterThanOrEqual(8);
+    if (kind === 'postgres') expect(report.handOffs).toBeGreaterThan(10);
+    else expect(report.handOffs).toBe(0);
+  });
+});
+
 const ROOT = resolve(import.meta.dirname, '..', '..');
 
 function reckonChaos(
@@ -91,6 +115,8 @@ it('reckon chaos --json: one JSON report on stdout, progress on stderr, exit 0, 
   const run = await reckonChaos([
     '--jobs',
     '30',
+    '--follow-ups',
+    '6',
     '--workers',
     '2',
     '--seed',
@@ -103,7 +129,14 @@ it('reckon chaos --json: one JSON report on stdout, progress on stderr, exit 0, 
   ]);
   expect(run.code, run.stderr).toBe(0);
   const report = JSON.parse(run.stdout) as ChaosReport;
-  expect(report).toMatchObject({ ok: true, seed: 11, scenario: 'lookup', delivered: 30 });
+  expect(report).toMatchObject({
+    ok: true,
+    seed: 11,
+    scenario: 'lookup',
+    delivered: 30,
+    followUps: 6,
+    handOffs: 0,
+  });
   expect(report.storeUrl).toMatch(/^sqlite:.*reckon-chaos-/);
   expect(run.stderr).toContain('seed 11');
   expect(run.stderr).toMatch(/settled .* \d+\/30/);

@@ -63,7 +63,7 @@ describe.each(STORE_KINDS)('DESIGN §7 fault points on %s', (kind) => {
       faults: 'after-attempt-commit=kill@4',
       concurrency: 1,
       ownerId: 'doomed',
-      enqueue: { flavour: 'none', count: 5 },
+      enqueue: [0, 1, 2, 3, 4].map((n) => ({ flavour: 'none', n, key: `none-${n}` })),
     });
     expect(await doomed.exited).toMatchObject({ signal: 'SIGKILL' });
     // Three jobs ran whole. Where the store hands off (PostgreSQL), an enqueue answered LEASED:

@@ -26,6 +26,7 @@ import { addJsonOption } from '../store-option.js';
 interface ChaosFlags {
   store?: string;
   jobs?: number;
+  followUps?: number;
   workers?: number;
   seed?: number;
   scenario: ChaosScenario;
@@ -61,6 +62,12 @@ export function registerChaos(program: Command): void {
       'run in this store (sqlite:<file> or postgres://…) instead of a temporary one',
     )
     .option('--jobs <n>', 'how many jobs (default 300)', intOption(1, 100_000))
+    .option(
+      '--follow-ups <n>',
+      'of the jobs, how many the workers enqueue themselves, one whenever idle, as agents ' +
+        'enqueue follow-up work (on PostgreSQL, handed to the idle worker at enqueue; default 0)',
+      intOption(0, 100_000),
+    )
     .option('--workers <n>', 'how many worker processes (default 3)', intOption(1, 64))
     .option('--seed <n>', 'random seed: the same seed replays the run', intOption(0, 2 ** 31 - 1))
     .addOption(
@@ -90,6 +97,7 @@ export function registerChaos(program: Command): void {
       '\nExamples:\n' +
         '  $ reckon chaos --jobs 300 --workers 3 --seed 7\n' +
         '  $ reckon chaos --store postgres://localhost/chaos --scenario none --json\n' +
+        '  $ reckon chaos --store postgres://localhost/chaos --jobs 90 --follow-ups 90\n' +
         '  $ reckon chaos --operations ./ops.js --ledger ./ledger.js --jobs 100',
     );
   addJsonOption(cmd, 'print the report as JSON (progress goes to stderr)');
@@ -97,6 +105,12 @@ export function registerChaos(program: Command): void {
     if ((flags.operations === undefined) !== (flags.ledger === undefined))
       throw new UsageError(
         '--operations and --ledger go together: your operations need your ledger',
+      );
+    if (flags.operations !== undefined && flags.followUps)
+      throw new UsageError('--follow-ups are jobs of the built-in workload, not of yours');
+    if ((flags.followUps ?? 0) > (flags.jobs ?? 300))
+      throw new UsageError(
+        `--follow-ups ${flags.followUps} is more than the run's ${flags.jobs ?? 300} jobs: they are a part of them`,
       );
     const user = flags.ledger ? await loadLedger(flags.ledger) : undefined;
     const { runChaos } = await import('../../testkit/chaos.js');
@@ -106,6 +120,7 @@ export function registerChaos(program: Command): void {
     const options: ChaosOptions = {
       ...(flags.store !== undefined ? { storeUrl: flags.store } : {}),
       ...(flags.jobs !== undefined ? { jobs: flags.jobs } : {}),
+      ...(flags.followUps !== undefined ? { followUps: flags.followUps } : {}),
       ...(flags.workers !== undefined ? { workers: flags.workers } : {}),
       ...(flags.seed !== undefined ? { seed: flags.seed } : {}),
       ...(flags.killEveryMs !== undefined ? { kills: { everyMs: flags.killEveryMs } } : {}),
