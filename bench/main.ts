@@ -127,27 +127,36 @@ async function main(): Promise<void> {
   tolerateTeardownTermination();
   await dropLeftoverDatabases();
 
-  const results: Results = {};
-  const started = new Date();
+  // Every (round, workload, system) run, in order: the count and the elapsed time go on each line.
+  const plan: { round: number; w: (typeof workloads)[number]; name: string }[] = [];
   for (let round = 0; round < rounds; round++) {
     for (const w of workloads) {
       if (w.firstRoundOnly && round > 0) continue;
       // Rotate the order each round so no system always runs first (or last) on a warm host.
       const order = systemNames.map((_, i) => systemNames[(i + round) % systemNames.length]!);
-      for (const name of order) {
-        const s = ALL_SYSTEMS[name]!();
-        if (w.only && !w.only(s)) continue;
-        await s.open();
-        let m: Metrics;
-        try {
-          m = await w.run(s, sizes);
-        } finally {
-          await s.close();
-        }
-        ((results[w.name] ??= {})[name] ??= []).push(m);
-        log(`round ${round + 1}/${rounds}  ${w.name.padEnd(20)} ${name.padEnd(16)} ${fmt(m)}`);
-      }
+      for (const name of order)
+        if (!w.only || w.only(ALL_SYSTEMS[name]!())) plan.push({ round, w, name });
     }
+  }
+  const results: Results = {};
+  const started = new Date();
+  const width = String(plan.length).length;
+  for (const [i, { round, w, name }] of plan.entries()) {
+    const s = ALL_SYSTEMS[name]!();
+    await s.open();
+    let m: Metrics;
+    try {
+      m = await w.run(s, sizes);
+    } finally {
+      await s.close();
+    }
+    ((results[w.name] ??= {})[name] ??= []).push(m);
+    const elapsed = Math.round((Date.now() - started.getTime()) / 1000);
+    const clock = `${Math.floor(elapsed / 60)}:${String(elapsed % 60).padStart(2, '0')}`;
+    log(
+      `[${String(i + 1).padStart(width)}/${plan.length} ${clock.padStart(5)}] ` +
+        `round ${round + 1}/${rounds}  ${w.name.padEnd(20)} ${name.padEnd(16)} ${fmt(m)}`,
+    );
   }
 
   const summary = summarize(results, workloads);
