@@ -6,7 +6,12 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createStore, defineOperation, openQueue, type Queue } from '../src/index.js';
 import { Metrics } from '../src/observe/metrics.js';
 import { startMetricsServer } from '../src/server/metrics-server.js';
-import { tempSqliteStore } from './helpers/stores.js';
+import {
+  STORE_KINDS,
+  makeTestStore,
+  pgUnavailableReason,
+  tempSqliteStore,
+} from './helpers/stores.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -177,6 +182,67 @@ describe('metrics', () => {
     execFileSync('promtool', ['check', 'metrics'], { input: text });
   });
 });
+
+describe.each(STORE_KINDS)('group commit metrics on %s', (kind) => {
+  it('shared commits are timed and counted by kind of write, with the calls each answered', async (ctx) => {
+    if (kind === 'postgres') {
+      const why = await pgUnavailableReason();
+      if (why) ctx.skip(why);
+    }
+    const t = await makeTestStore(kind);
+    const store = await createStore(t.url);
+    await store.init();
+    const metrics = new Metrics({ store, processMetrics: false });
+    const q = await openQueue({ store, observer: metrics.observer });
+    cleanups.push(async () => {
+      await q.close();
+      await t.drop();
+    });
+    const op = defineOperation({
+      name: 'mail',
+      execute: (_i: object, ctx) => ctx.dispatch(() => Promise.resolve(null)),
+    });
+    // 40 enqueues at once: fewer commits than calls, and every call counted once.
+    await Promise.all(Array.from({ length: 40 }, (_, n) => q.enqueue(op, { n })));
+    let text = await scrape(metrics);
+    const enqueueWrite = kind === 'sqlite' ? 'shared' : 'enqueue';
+    const labels = `{store="${kind}",write="${enqueueWrite}"}`;
+    expect(value(text, `reckon_store_commit_callers_sum${labels}`)).toBe(40);
+    const commits = value(text, `reckon_store_commit_seconds_count${labels}`);
+    expect(commits).toBeGreaterThanOrEqual(1);
+    expect(commits).toBeLessThan(40);
+    expect(value(text, `reckon_store_commit_seconds_sum${labels}`)).toBeGreaterThan(0);
+
+    const w = q.worker({ operations: [op], concurrency: 8, ...fast });
+    let done = 0;
+    const all = new Promise<void>((r) => w.on('succeeded', () => ++done === 40 && r()));
+    await w.start();
+    await all;
+    await w.stop();
+    text = await scrape(metrics);
+    if (kind === 'sqlite') {
+      // A turn of claims alone commits without an fsync (write="claim"); the rest shares the
+      // synced commits: the 40 enqueues, 40 markers and 40 outcomes, and claims besides.
+      const callers = (write: string) =>
+        value(text, `reckon_store_commit_callers_sum{store="sqlite",write="${write}"}`);
+      expect(callers('shared') + callers('claim')).toBeGreaterThan(40 + 80);
+    } else {
+      expect(
+        value(text, 'reckon_store_commit_callers_sum{store="postgres",write="dispatch"}'),
+      ).toBe(40);
+      expect(value(text, 'reckon_store_commit_callers_sum{store="postgres",write="finish"}')).toBe(
+        40,
+      );
+      expect(
+        value(text, 'reckon_store_commit_seconds_count{store="postgres",write="claim"}'),
+      ).toBeGreaterThan(0);
+    }
+  });
+});
+
+async function scrape(m: Metrics): Promise<string> {
+  return m.text();
+}
 
 describe('alert rules in the docs', () => {
   it('pass promtool check rules', (ctx) => {

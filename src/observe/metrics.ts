@@ -10,6 +10,10 @@ import type { Store, StoreStats } from '../store/store.js';
 
 /** Seconds: from a fast loopback call to a day-long backlog. */
 const AGE_BUCKETS = [0.005, 0.025, 0.1, 0.5, 1, 5, 15, 60, 300, 1800, 3600, 21600, 86400];
+/** Seconds: a commit, from an fsync on a fast disk to a store that is struggling. */
+const COMMIT_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 2];
+/** Calls that shared one commit. */
+const CALLER_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512];
 
 export interface MetricsOptions {
   /** Also export Node.js process metrics (`reckon_process_*`, `reckon_nodejs_*`). Default true. */
@@ -90,6 +94,21 @@ export class Metrics {
       registers: [r],
     });
 
+    const commitSeconds = new Histogram({
+      name: 'reckon_store_commit_seconds',
+      help: 'Commits of writes that calls of this process shared (group commit), until durable.',
+      labelNames: ['store', 'write'],
+      buckets: COMMIT_BUCKETS,
+      registers: [r],
+    });
+    const commitCallers = new Histogram({
+      name: 'reckon_store_commit_callers',
+      help: 'Calls answered by one shared commit (how much group commit merged).',
+      labelNames: ['store', 'write'],
+      buckets: CALLER_BUCKETS,
+      registers: [r],
+    });
+
     this.observer = {
       enqueued: (e) =>
         e.created
@@ -112,6 +131,11 @@ export class Metrics {
           Math.max(0, e.latencyMs) / 1000,
         ),
       duplicatePrevented: (e) => dupes.inc({ operation: e.operation, kind: e.kind }),
+      storeCommit: (e) => {
+        const labels = { store: e.store, write: e.write };
+        commitSeconds.observe(labels, e.ms / 1000);
+        commitCallers.observe(labels, e.callers);
+      },
     };
 
     // text() reads the store once per scrape; every store gauge's collect() reads that snapshot.

@@ -34,6 +34,11 @@ export interface RuntimeObserver {
     latencyMs: number;
   }): void;
   duplicatePrevented(e: { operation: string; kind: DuplicatePreventionKind }): void;
+  /**
+   * Optional: a commit of writes that callers of this process shared (group commit), from the
+   * store (`Store.onCommit`): which kind of write, how many calls it answered, how long it took.
+   */
+  storeCommit?(e: { store: string; write: string; callers: number; ms: number }): void;
 }
 
 export const noopObserver: RuntimeObserver = {

@@ -78,6 +78,7 @@ export class Queue {
   private readonly actor: string;
   private readonly workers = new Set<Worker>();
   private closed = false;
+  private stopObservingCommits: (() => void) | undefined;
 
   constructor(store: Store, options: QueueOptions = {}) {
     this.store = store;
@@ -92,6 +93,11 @@ export class Queue {
     for (const op of options.operations ?? []) this.register(op);
     this.review = new Review(this);
     this.notifier.setMaxListeners(0);
+    const storeCommit = this.observer.storeCommit?.bind(this.observer);
+    if (storeCommit && store.onCommit)
+      this.stopObservingCommits = store.onCommit((c) =>
+        storeCommit({ store: store.kind, write: c.write, callers: c.callers, ms: c.ms }),
+      );
   }
 
   register(op: AnyOperation): void {
@@ -410,6 +416,7 @@ export class Queue {
     if (this.closed) return;
     await Promise.all([...this.workers].map((w) => w.stop()));
     this.closed = true;
+    this.stopObservingCommits?.();
     await this.store.close();
   }
 

@@ -31,6 +31,8 @@ export interface GroupCommitOptions<I, O> {
   itemsMax: number;
   /** Errors after which the merged call may have committed: never re-run. */
   isAmbiguous: (err: unknown) => boolean;
+  /** After each merged call that succeeded: how many callers it answered, and when it began. */
+  onCommit?: (callers: number, since: number) => void;
 }
 
 export class GroupCommit<I, O> {
@@ -72,14 +74,19 @@ export class GroupCommit<I, O> {
   }
 
   private async runGroup(group: Waiting<I, O>[]): Promise<void> {
+    const since = this.o.onCommit ? performance.now() : 0;
     if (group.length === 1) {
       const only = group[0]!;
-      await this.o.run(only.items).then(only.resolve, only.reject);
+      await this.o.run(only.items).then((out) => {
+        this.o.onCommit?.(1, since);
+        only.resolve(out);
+      }, only.reject);
       return;
     }
     let out: O[];
     try {
       out = await this.o.run(group.flatMap((w) => w.items));
+      this.o.onCommit?.(group.length, since);
     } catch (err) {
       if (this.o.isAmbiguous(err)) {
         for (const w of group) w.reject(err);

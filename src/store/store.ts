@@ -233,6 +233,20 @@ export interface StoreCapabilities {
   readonly handOff: boolean;
 }
 
+/**
+ * One durable commit of writes that callers shared (group commit), as `onCommit` reports it. On
+ * PostgreSQL each kind of write commits on its own (`enqueue`, `claim`, `dispatch`, `finish`,
+ * `heartbeat`); on SQLite every write of one event-loop turn shares one transaction (`shared`),
+ * except a turn of claims only, which commits without an fsync (`claim`).
+ */
+export interface StoreCommit {
+  write: string;
+  /** Calls answered by this commit. */
+  callers: number;
+  /** From the start of the write (BEGIN, or the statement sent) until it was durable. */
+  ms: number;
+}
+
 export interface Store {
   readonly kind: 'sqlite' | 'postgres';
   /** Where the store is, for messages (never with a password). */
@@ -296,5 +310,10 @@ export interface Store {
    * effort: workers still poll, so a lost notification only costs latency.
    */
   workSubscribe?(p: { queues: string[]; onWork: () => void }): Promise<{ close(): Promise<void> }>;
+  /**
+   * Optional: `fn` hears of every successful commit of shared writes from now on (for metrics;
+   * it must be quick and must not throw). Returns the function that stops it.
+   */
+  onCommit?(fn: (c: StoreCommit) => void): () => void;
   statsGet(): Promise<StoreStats>;
 }

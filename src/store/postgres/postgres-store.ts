@@ -70,8 +70,10 @@ import type {
   LeaseRef,
   Store,
   StoreCapabilities,
+  StoreCommit,
   StoreStats,
 } from '../store.js';
+import { CommitObservers } from '../commit-observers.js';
 import { GroupCommit } from '../group-commit.js';
 import { WorkListener } from './listener.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS, MIGRATIONS_TABLE_SQL } from './schema.js';
@@ -208,8 +210,11 @@ export class PostgresStore implements Store {
   poolErrors = 0;
   /** Concurrent callers of the hot write paths share transactions (see ../group-commit.ts). */
   private readonly inserts = new Map<string, GroupCommit<JobInsert, JobInsertResult>>();
-  private readonly dispatches = this.groupCommit((leases: LeaseRef[]) => this.dispatchNow(leases));
-  private readonly finishes = this.groupCommit((finishes: AttemptFinish[]) =>
+  private readonly commits = new CommitObservers();
+  private readonly dispatches = this.groupCommit('dispatch', (leases: LeaseRef[]) =>
+    this.dispatchNow(leases),
+  );
+  private readonly finishes = this.groupCommit('finish', (finishes: AttemptFinish[]) =>
     this.finishNow(finishes),
   );
   private readonly heartbeats = new Map<number, GroupCommit<LeaseRef, HeartbeatResult>>();
@@ -310,14 +315,21 @@ export class PostgresStore implements Store {
 
   // ---------------------------------------------------------------- connections
 
-  private groupCommit<I, O>(run: (items: I[]) => Promise<O[]>): GroupCommit<I, O> {
+  private groupCommit<I, O>(write: string, run: (items: I[]) => Promise<O[]>): GroupCommit<I, O> {
     return new GroupCommit({
       run,
       inFlightMax: GROUP_IN_FLIGHT_MAX,
       itemsMax: GROUP_ITEMS_MAX,
       // A connection failure may have happened during COMMIT: never re-run those.
       isAmbiguous: (err) => err instanceof StoreUnavailable,
+      onCommit: (callers, since) => {
+        if (this.commits.active) this.commits.emit(write, callers, since);
+      },
     });
+  }
+
+  onCommit(fn: (c: StoreCommit) => void): () => void {
+    return this.commits.add(fn);
   }
 
   private connPool(): pg.Pool {
@@ -615,7 +627,7 @@ export class PostgresStore implements Store {
     let group = this.inserts.get(p.actor);
     if (!group) {
       const actor = p.actor;
-      group = this.groupCommit((jobs: JobInsert[]) => this.insertNow(jobs, actor));
+      group = this.groupCommit('enqueue', (jobs: JobInsert[]) => this.insertNow(jobs, actor));
       this.inserts.set(actor, group);
     }
     return group.call(p.jobs);
@@ -1015,11 +1027,13 @@ export class PostgresStore implements Store {
     const queues = [...new Set(p.queues)];
     const one = queues.length === 1;
     const inline = Number.isSafeInteger(p.limit) && p.limit <= CLAIM_LIMIT_INLINE_MAX;
+    const since = this.commits.active ? performance.now() : 0;
     const r = await this.statement<ClaimRow>(
       `${one ? PREPARED.attemptClaim : PREPARED.attemptClaimQueues}_${inline ? p.limit : 'n'}`,
       (one ? this.sql.attemptClaim : this.sql.attemptClaimQueues)(inline ? String(p.limit) : '$5'),
       [one ? queues[0] : queues, p.operations, p.ownerId, p.leaseMs, ...(inline ? [] : [p.limit])],
     );
+    if (since !== 0 && this.commits.active) this.commits.emit('claim', 1, since);
     return r.rows.map((row) => {
       const job = jobFromRow(row);
       const attempt = newLeasedAttempt(job, {
@@ -1066,7 +1080,9 @@ export class PostgresStore implements Store {
     let group = this.heartbeats.get(p.leaseMs);
     if (!group) {
       const leaseMs = p.leaseMs;
-      group = this.groupCommit((leases: LeaseRef[]) => this.heartbeatNow(leases, leaseMs));
+      group = this.groupCommit('heartbeat', (leases: LeaseRef[]) =>
+        this.heartbeatNow(leases, leaseMs),
+      );
       this.heartbeats.set(leaseMs, group);
     }
     return group.call(p.leases);

@@ -58,8 +58,10 @@ import type {
   LeaseRef,
   Store,
   StoreCapabilities,
+  StoreCommit,
   StoreStats,
 } from '../store.js';
+import { CommitObservers } from '../commit-observers.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from './schema.js';
 import { WakeChannel, wakeDirectory } from './wake.js';
 
@@ -313,6 +315,7 @@ export class SqliteStore implements Store {
   private newWork = false;
   /** `workSubscribe` callbacks: woken by this store's own commits (other processes: `wake`). */
   private readonly localSubscribers = new Set<() => void>();
+  private readonly commits = new CommitObservers();
 
   constructor(private readonly options: SqliteStoreOptions) {
     this.location = `sqlite:${options.path}`;
@@ -534,6 +537,7 @@ export class SqliteStore implements Store {
     if (batch.length === 0) return;
     let results: ({ ok: true; value: unknown } | { ok: false; err: unknown })[];
     const unsynced = batch.every((w) => w.unsynced);
+    const since = this.commits.active ? performance.now() : 0;
     try {
       if (unsynced) this.setting('synchronous = NORMAL');
       const busy = o.wait ? undefined : this.tryBegin();
@@ -553,6 +557,7 @@ export class SqliteStore implements Store {
       }
       this.busySince = undefined;
       results = this.runBatch(batch, { begun: !o.wait });
+      if (since !== 0) this.commits.emit(unsynced ? 'claim' : 'shared', batch.length, since);
     } catch (err) {
       this.newWork = false;
       // BEGIN, COMMIT or an error that ended the transaction: nothing of this batch is durable.
@@ -1465,6 +1470,10 @@ export class SqliteStore implements Store {
         return Promise.resolve();
       },
     };
+  }
+
+  onCommit(fn: (c: StoreCommit) => void): () => void {
+    return this.commits.add(fn);
   }
 
   statsGet(): Promise<StoreStats> {
