@@ -11,6 +11,7 @@ import {
   makeTestStore,
   pgUnavailableReason,
   tempSqliteStore,
+  type StoreKind,
 } from './helpers/stores.js';
 
 const cleanups: (() => Promise<void>)[] = [];
@@ -20,8 +21,9 @@ afterEach(async () => {
 
 async function setup(
   clock?: () => number,
+  kind: StoreKind = 'sqlite',
 ): Promise<{ q: Queue; metrics: Metrics; scrape: () => Promise<string> }> {
-  const file = tempSqliteStore();
+  const file = kind === 'sqlite' ? tempSqliteStore() : await makeTestStore(kind);
   const store = await createStore(file.url, clock ? { clock } : {});
   await store.init();
   const metrics = new Metrics({ store, processMetrics: false });
@@ -189,22 +191,14 @@ describe.each(STORE_KINDS)('group commit metrics on %s', (kind) => {
       const why = await pgUnavailableReason();
       if (why) ctx.skip(why);
     }
-    const t = await makeTestStore(kind);
-    const store = await createStore(t.url);
-    await store.init();
-    const metrics = new Metrics({ store, processMetrics: false });
-    const q = await openQueue({ store, observer: metrics.observer });
-    cleanups.push(async () => {
-      await q.close();
-      await t.drop();
-    });
+    const { q, scrape } = await setup(undefined, kind);
     const op = defineOperation({
       name: 'mail',
       execute: (_i: object, ctx) => ctx.dispatch(() => Promise.resolve(null)),
     });
     // 40 enqueues at once: fewer commits than calls, and every call counted once.
     await Promise.all(Array.from({ length: 40 }, (_, n) => q.enqueue(op, { n })));
-    let text = await scrape(metrics);
+    let text = await scrape();
     const enqueueWrite = kind === 'sqlite' ? 'shared' : 'enqueue';
     const labels = `{store="${kind}",write="${enqueueWrite}"}`;
     expect(value(text, `reckon_store_commit_callers_sum${labels}`)).toBe(40);
@@ -219,7 +213,7 @@ describe.each(STORE_KINDS)('group commit metrics on %s', (kind) => {
     await w.start();
     await all;
     await w.stop();
-    text = await scrape(metrics);
+    text = await scrape();
     if (kind === 'sqlite') {
       // A turn of claims alone commits without an fsync (write="claim"); the rest shares the
       // synced commits: the 40 enqueues, 40 markers and 40 outcomes, and claims besides.
@@ -239,10 +233,6 @@ describe.each(STORE_KINDS)('group commit metrics on %s', (kind) => {
     }
   });
 });
-
-async function scrape(m: Metrics): Promise<string> {
-  return m.text();
-}
 
 describe('alert rules in the docs', () => {
   it('pass promtool check rules', (ctx) => {
