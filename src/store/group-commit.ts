@@ -78,22 +78,29 @@ export class GroupCommit<I, O> {
     if (group.length === 1) {
       const only = group[0]!;
       await this.o.run(only.items).then((out) => {
-        this.o.onCommit?.(1, since);
         only.resolve(out);
+        this.committed(1, since);
       }, only.reject);
       return;
     }
     let out: O[];
     try {
       out = await this.o.run(group.flatMap((w) => w.items));
-      this.o.onCommit?.(group.length, since);
     } catch (err) {
       if (this.o.isAmbiguous(err)) {
         for (const w of group) w.reject(err);
         return;
       }
       // Nothing of the merged call was written: each caller's part alone decides its fate.
-      await Promise.all(group.map((w) => this.o.run(w.items).then(w.resolve, w.reject)));
+      await Promise.all(
+        group.map((w) => {
+          const alone = this.o.onCommit ? performance.now() : 0;
+          return this.o.run(w.items).then((out) => {
+            w.resolve(out);
+            this.committed(1, alone);
+          }, w.reject);
+        }),
+      );
       return;
     }
     let at = 0;
@@ -103,5 +110,15 @@ export class GroupCommit<I, O> {
       w.resolve(slice);
     }
     assert(at === out.length, 'a merged store call answered once per item');
+    this.committed(group.length, since);
+  }
+
+  /** Tells `onCommit`; whatever it does, the callers were answered and nothing is re-run. */
+  private committed(callers: number, since: number): void {
+    try {
+      this.o.onCommit?.(callers, since);
+    } catch {
+      // (a metrics listener must not turn a durable write into a failure)
+    }
   }
 }
