@@ -557,7 +557,6 @@ export class SqliteStore implements Store {
       }
       this.busySince = undefined;
       results = this.runBatch(batch, { begun: !o.wait });
-      if (since !== 0) this.commits.emit(unsynced ? 'claim' : 'shared', batch.length, since);
     } catch (err) {
       this.newWork = false;
       // BEGIN, COMMIT or an error that ended the transaction: nothing of this batch is durable.
@@ -567,6 +566,8 @@ export class SqliteStore implements Store {
     } finally {
       if (unsynced && this.db) this.setting('synchronous = FULL');
     }
+    // Committed: past the try, so that nothing here could be taken for a failed write.
+    if (since !== 0) this.commits.emit(unsynced ? 'claim' : 'shared', batch.length, since);
     if (this.newWork) {
       // Durable now: workers of other processes may claim it at once, and those of this one.
       this.newWork = false;
