@@ -1,17 +1,20 @@
 /**
  * GroupCommit on its own (the PostgreSQL store's writes go through it): merging, isolation of a
- * failing caller, and what it reports to `onCommit`.
+ * failing caller, and what it reports to its commit observers.
  */
 import { describe, expect, it } from 'vitest';
+import { CommitObservers } from '../src/store/commit-observers.js';
 import { GroupCommit } from '../src/store/group-commit.js';
 
 /**
  * A GroupCommit (one merged call at a time) over a store call that doubles its items, failing on
  * negative ones (nothing written, as a rollback); records each run and each reported commit.
  */
-function rig(onCommit?: (callers: number) => void) {
+function rig(listener?: () => void) {
   const runs: number[][] = [];
   const commits: number[] = [];
+  const observers = new CommitObservers();
+  observers.add(listener ?? ((c) => void commits.push(c.callers)));
   const g = new GroupCommit<number, number>({
     run: (items) => {
       runs.push(items);
@@ -22,7 +25,7 @@ function rig(onCommit?: (callers: number) => void) {
     inFlightMax: 1,
     itemsMax: 100,
     isAmbiguous: () => false,
-    onCommit: onCommit ?? ((callers) => void commits.push(callers)),
+    commits: { observers, write: 'test' },
   });
   return { runs, commits, g };
 }

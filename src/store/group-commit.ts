@@ -15,6 +15,7 @@
  *   passed to every caller unchanged, as each would have seen it alone; nothing is re-run.
  */
 import { assert } from '../core/errors.js';
+import type { CommitObservers } from './commit-observers.js';
 
 interface Waiting<I, O> {
   items: I[];
@@ -31,8 +32,8 @@ export interface GroupCommitOptions<I, O> {
   itemsMax: number;
   /** Errors after which the merged call may have committed: never re-run. */
   isAmbiguous: (err: unknown) => boolean;
-  /** After each merged call that succeeded: how many callers it answered, and when it began. */
-  onCommit?: (callers: number, since: number) => void;
+  /** Told of each call that succeeded (as `write`, with the callers it answered), if listened to. */
+  commits?: { observers: CommitObservers; write: string };
 }
 
 export class GroupCommit<I, O> {
@@ -74,7 +75,7 @@ export class GroupCommit<I, O> {
   }
 
   private async runGroup(group: Waiting<I, O>[]): Promise<void> {
-    const since = this.o.onCommit ? performance.now() : 0;
+    const since = this.o.commits?.observers.active ? performance.now() : 0;
     if (group.length === 1) {
       const only = group[0]!;
       await this.o.run(only.items).then((out) => {
@@ -94,7 +95,7 @@ export class GroupCommit<I, O> {
       // Nothing of the merged call was written: each caller's part alone decides its fate.
       await Promise.all(
         group.map((w) => {
-          const alone = this.o.onCommit ? performance.now() : 0;
+          const alone = this.o.commits?.observers.active ? performance.now() : 0;
           return this.o.run(w.items).then((out) => {
             w.resolve(out);
             this.committed(1, alone);
@@ -113,12 +114,13 @@ export class GroupCommit<I, O> {
     this.committed(group.length, since);
   }
 
-  /** Tells `onCommit`; whatever it does, the callers were answered and nothing is re-run. */
+  /**
+   * Reports a commit, after its callers were answered and outside the merged call's try (a
+   * listener's failure must never pass for a failed write, re-running every caller; the
+   * observers contain it anyway).
+   */
   private committed(callers: number, since: number): void {
-    try {
-      this.o.onCommit?.(callers, since);
-    } catch {
-      // (a metrics listener must not turn a durable write into a failure)
-    }
+    const c = this.o.commits;
+    if (c && since !== 0) c.observers.emit(c.write, callers, since);
   }
 }

@@ -322,9 +322,7 @@ export class PostgresStore implements Store {
       itemsMax: GROUP_ITEMS_MAX,
       // A connection failure may have happened during COMMIT: never re-run those.
       isAmbiguous: (err) => err instanceof StoreUnavailable,
-      onCommit: (callers, since) => {
-        if (this.commits.active) this.commits.emit(write, callers, since);
-      },
+      commits: { observers: this.commits, write },
     });
   }
 
@@ -1033,7 +1031,7 @@ export class PostgresStore implements Store {
       (one ? this.sql.attemptClaim : this.sql.attemptClaimQueues)(inline ? String(p.limit) : '$5'),
       [one ? queues[0] : queues, p.operations, p.ownerId, p.leaseMs, ...(inline ? [] : [p.limit])],
     );
-    if (since !== 0 && this.commits.active) this.commits.emit('claim', 1, since);
+    if (since !== 0) this.commits.emit('claim', 1, since);
     return r.rows.map((row) => {
       const job = jobFromRow(row);
       const attempt = newLeasedAttempt(job, {
