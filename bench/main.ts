@@ -14,6 +14,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
+import { describeHost, HOST_SIZES, measureHost } from './host.js';
 import { dropLeftoverDatabases, median, tolerateTeardownTermination } from './lib.js';
 import { ALL_SYSTEMS } from './systems/all.js';
 import { WORKLOADS, type Metrics, type Sizes } from './workloads.js';
@@ -22,7 +23,9 @@ const USAGE = `Usage: npm run bench -- [options]
 
 Runs reckon (SQLite and PostgreSQL stores, full journal) and its peers on the same workloads,
 interleaved round by round, each on a fresh database; prints medians and reckon's ratio to each
-peer. PostgreSQL at 127.0.0.1:5432 (user postgres), Redis at 127.0.0.1:6379 (db 9).
+peer. PostgreSQL at 127.0.0.1:5432 (user postgres), Redis at 127.0.0.1:6379 (db 9). Starts by
+measuring the host (fsync, single-row durable commits, loopback round trip), so that a run on a
+slow host reads as one.
 
 Options:
   --quick                 small sizes and one round (a smoke run, not a measurement)
@@ -126,6 +129,10 @@ async function main(): Promise<void> {
   const log = (m: string) => (args.json ? process.stderr : process.stdout).write(m + '\n');
   tolerateTeardownTermination();
   await dropLeftoverDatabases();
+  const host = await measureHost(
+    args.quick ? { fsyncs: 50, commits: 200, batches: 5 } : HOST_SIZES,
+  );
+  log(`host: ${describeHost(host)}`);
 
   // Every (round, workload, system) run, in order: the count and the elapsed time go on each line.
   const plan: { round: number; w: (typeof workloads)[number]; name: string }[] = [];
@@ -168,6 +175,7 @@ async function main(): Promise<void> {
       memGiB: Math.round(totalmem() / 2 ** 30),
       node: process.version,
     },
+    host,
     rounds,
     sizes,
     command: `npm run bench -- ${process.argv.slice(2).join(' ')}`.trim(),

@@ -3,10 +3,13 @@
  * chart of docs/benchmarks.md:  npx tsx bench/report.ts results.json
  */
 import { readFileSync } from 'node:fs';
+import { describeHost, type HostLimits } from './host.js';
 
 interface Report {
   date: string;
   machine: { cpus: number; cpu?: string; memGiB: number; node: string };
+  /** Absent from runs before the bench measured its host. */
+  host?: HostLimits;
   rounds: number;
   sizes: Record<string, number>;
   command: string;
@@ -31,6 +34,7 @@ out.push(
 out.push(
   `${r.machine.cpus} × ${r.machine.cpu ?? 'cpu'}, ${r.machine.memGiB} GiB, Node ${r.machine.node}.`,
 );
+if (r.host) out.push(`Host: ${describeHost(r.host)}.`);
 out.push('');
 out.push(`| workload | ${systems.join(' | ')} |`);
 out.push(`|---|${systems.map(() => '---:').join('|')}|`);
