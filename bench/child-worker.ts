@@ -4,13 +4,13 @@
  * argv: <store url> <concurrency>
  */
 import { openQueue } from '../src/index.js';
-import { wallMs } from './lib.js';
+import { hostMs } from './lib.js';
 import { BENCH_PREFETCH, benchOp, setStartHook } from './systems/reckon.js';
 
 const [storeUrl, concurrencyArg] = process.argv.slice(2);
 const q = await openQueue({ store: storeUrl!, operations: [benchOp] });
 let pending: [number, number][] = [];
-setStartHook((p) => pending.push([p.seq, wallMs()]));
+setStartHook((p) => pending.push([p.seq, hostMs()]));
 const worker = q.worker({
   operations: [benchOp],
   concurrency: Number(concurrencyArg ?? 10),

@@ -4,7 +4,7 @@
  */
 import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { inFlight, percentile, sleep, waitUntil, wallMs } from './lib.js';
+import { inFlight, percentile, sleep, waitUntil, hostMs } from './lib.js';
 import type { ReckonSystem } from './systems/reckon.js';
 import type { BenchSystem, Payload } from './systems/system.js';
 
@@ -40,7 +40,7 @@ export interface Workload {
   run(s: BenchSystem, sizes: Sizes): Promise<Metrics>;
 }
 
-const payload = (seq: number): Payload => ({ seq, sentAt: wallMs() });
+const payload = (seq: number): Payload => ({ seq, sentAt: hostMs() });
 
 function rate(n: number, ms: number): number {
   return Math.round((n / ms) * 1000);
@@ -179,8 +179,8 @@ const latency: Workload = {
     const dones = new Map<number, number>();
     const running = await s.work({
       concurrency: 10,
-      onStart: (p) => starts.set(p.seq, wallMs()),
-      onDone: (p) => dones.set(p.seq, wallMs()),
+      onStart: (p) => starts.set(p.seq, hostMs()),
+      onDone: (p) => dones.set(p.seq, hostMs()),
     });
     await sleep(200);
     const { sent } = await steadyLatency(s, z, starts, dones);

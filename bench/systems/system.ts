@@ -4,7 +4,7 @@
  */
 export interface Payload {
   seq: number;
-  /** wallMs() when the producer called enqueue. */
+  /** hostMs() when the producer called enqueue. */
   sentAt: number;
 }
 
