@@ -27,12 +27,13 @@ export interface HostLimits {
 }
 
 export interface HostSizes {
-  fsyncs: number;
+  /** fsyncs timed, and as many round trips. */
+  samples: number;
   commits: number;
   batches: number;
 }
 
-export const HOST_SIZES: HostSizes = { fsyncs: 300, commits: 1_000, batches: 20 };
+export const HOST_SIZES: HostSizes = { samples: 300, commits: 1_000, batches: 20 };
 
 function perSec(n: number, ms: number): number {
   return Math.round(n / (ms / 1000));
@@ -95,7 +96,7 @@ async function measurePostgres(
       for (let i = 0; i < z.commits; i++) await c.query({ ...insert, values: [`row ${i}`] });
       const pgCommitsPerSec = perSec(z.commits, performance.now() - t);
       const rtt: number[] = [];
-      for (let i = 0; i < z.fsyncs; i++) {
+      for (let i = 0; i < z.samples; i++) {
         t = performance.now();
         await c.query('SELECT 1');
         rtt.push(performance.now() - t);
@@ -113,7 +114,7 @@ export async function measureHost(z: HostSizes = HOST_SIZES): Promise<HostLimits
   // The directory the reckon-sqlite bench system puts its files in (a real disk, not tmpfs).
   const dir = mkdtempSync(join(tmpdir(), 'reckon-bench-host-'));
   try {
-    const fsyncUs = measureFsync(dir, z.fsyncs);
+    const fsyncUs = measureFsync(dir, z.samples);
     const sqlite = measureSqlite(dir, z);
     let postgres: Pick<HostLimits, 'pgCommitsPerSec' | 'pgRoundTripMs'> = {};
     try {

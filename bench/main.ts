@@ -130,7 +130,7 @@ async function main(): Promise<void> {
   tolerateTeardownTermination();
   await dropLeftoverDatabases();
   const host = await measureHost(
-    args.quick ? { fsyncs: 50, commits: 200, batches: 5 } : HOST_SIZES,
+    args.quick ? { samples: 50, commits: 200, batches: 5 } : HOST_SIZES,
   );
   log(`host: ${describeHost(host)}`);
 
