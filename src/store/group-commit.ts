@@ -75,7 +75,7 @@ export class GroupCommit<I, O> {
   }
 
   private async runGroup(group: Waiting<I, O>[]): Promise<void> {
-    const since = this.o.commits?.observers.active ? performance.now() : 0;
+    const since = this.o.commits?.observers.start() ?? 0;
     if (group.length === 1) {
       const only = group[0]!;
       await this.o.run(only.items).then((out) => {
@@ -95,7 +95,7 @@ export class GroupCommit<I, O> {
       // Nothing of the merged call was written: each caller's part alone decides its fate.
       await Promise.all(
         group.map((w) => {
-          const alone = this.o.commits?.observers.active ? performance.now() : 0;
+          const alone = this.o.commits?.observers.start() ?? 0;
           return this.o.run(w.items).then((out) => {
             w.resolve(out);
             this.committed(1, alone);
@@ -121,6 +121,6 @@ export class GroupCommit<I, O> {
    */
   private committed(callers: number, since: number): void {
     const c = this.o.commits;
-    if (c && since !== 0) c.observers.emit(c.write, callers, since);
+    c?.observers.emit(c.write, callers, since);
   }
 }

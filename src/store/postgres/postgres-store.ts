@@ -1025,13 +1025,13 @@ export class PostgresStore implements Store {
     const queues = [...new Set(p.queues)];
     const one = queues.length === 1;
     const inline = Number.isSafeInteger(p.limit) && p.limit <= CLAIM_LIMIT_INLINE_MAX;
-    const since = this.commits.active ? performance.now() : 0;
+    const since = this.commits.start();
     const r = await this.statement<ClaimRow>(
       `${one ? PREPARED.attemptClaim : PREPARED.attemptClaimQueues}_${inline ? p.limit : 'n'}`,
       (one ? this.sql.attemptClaim : this.sql.attemptClaimQueues)(inline ? String(p.limit) : '$5'),
       [one ? queues[0] : queues, p.operations, p.ownerId, p.leaseMs, ...(inline ? [] : [p.limit])],
     );
-    if (since !== 0) this.commits.emit('claim', 1, since);
+    this.commits.emit('claim', 1, since);
     return r.rows.map((row) => {
       const job = jobFromRow(row);
       const attempt = newLeasedAttempt(job, {

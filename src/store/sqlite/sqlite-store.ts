@@ -537,7 +537,7 @@ export class SqliteStore implements Store {
     if (batch.length === 0) return;
     let results: ({ ok: true; value: unknown } | { ok: false; err: unknown })[];
     const unsynced = batch.every((w) => w.unsynced);
-    const since = this.commits.active ? performance.now() : 0;
+    const since = this.commits.start();
     try {
       if (unsynced) this.setting('synchronous = NORMAL');
       const busy = o.wait ? undefined : this.tryBegin();
@@ -567,7 +567,7 @@ export class SqliteStore implements Store {
       if (unsynced && this.db) this.setting('synchronous = FULL');
     }
     // Committed: past the try, so that nothing here could be taken for a failed write.
-    if (since !== 0) this.commits.emit(unsynced ? 'claim' : 'shared', batch.length, since);
+    this.commits.emit(unsynced ? 'claim' : 'shared', batch.length, since);
     if (this.newWork) {
       // Durable now: workers of other processes may claim it at once, and those of this one.
       this.newWork = false;
