@@ -20,5 +20,20 @@ export default tseslint.config(
       ],
     },
   },
+  {
+    // SQLite prepares a statement again on every run when its LIMIT is a bare bound parameter
+    // (see LIMIT_PARAM in sqlite-store.ts): ≈ 20 µs a claim, half the claim latency.
+    files: ['src/store/sqlite/**/*.ts'],
+    rules: {
+      'no-restricted-syntax': [
+        'error',
+        {
+          selector: 'TemplateElement[value.raw=/LIMIT \\?/i], Literal[value=/LIMIT \\?/i]',
+          message:
+            'SQLite re-prepares a statement with a bare bound LIMIT on every run: use LIMIT_PARAM (LIMIT +?).',
+        },
+      ],
+    },
+  },
   { files: ['**/*.js'], ...tseslint.configs.disableTypeChecked },
 );
