@@ -23,7 +23,7 @@ import {
   type Queue,
 } from '../src/index.js';
 import { tempSqliteStore, type TestStore } from './helpers/stores.js';
-import { LATEST_SCHEMA_VERSION } from '../src/store/sqlite/schema.js';
+import { LATEST_SCHEMA_VERSION, MIGRATIONS } from '../src/store/sqlite/schema.js';
 import { SqliteStore } from '../src/store/sqlite/sqlite-store.js';
 
 const cleanups: (() => Promise<void>)[] = [];
@@ -333,6 +333,61 @@ describe('store errors are typed', () => {
     check.close();
     expect(indexes).toContain('jobs_review');
     expect(indexes).not.toContain('jobs_state');
+  });
+
+  it('a version 2 database is migrated in place: the state checks are the same constraints, written so that no row write builds a table', async () => {
+    const path = join(dir(), 'v2.db');
+    // The schema as release 2 left it, with a job in it.
+    const old = new Database(path);
+    old.pragma('journal_mode = WAL');
+    old.exec(
+      `CREATE TABLE reckon_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`,
+    );
+    for (const m of MIGRATIONS.filter((m) => m.version <= 2)) {
+      old.exec(m.sql);
+      old.prepare('INSERT INTO reckon_migrations VALUES (?, ?, 0)').run(m.version, m.name);
+    }
+    const ephemeral = (db: Database.Database, sql: string) =>
+      (
+        db.prepare(`EXPLAIN ${sql}`).all(
+          ...sql
+            .split('?')
+            .slice(1)
+            .map(() => null),
+        ) as { opcode: string }[]
+      ).some((o) => o.opcode === 'OpenEphemeral');
+    const setState = `UPDATE jobs SET state = ?, updated_at = ? WHERE id = ?`;
+    const setAttempt = `UPDATE attempts SET state = ?, resolution = ? WHERE job_id = ? AND attempt_no = ?`;
+    expect(ephemeral(old, setState)).toBe(true);
+    expect(ephemeral(old, setAttempt)).toBe(true);
+    old.close();
+    const q1 = await openQueue({ store: `sqlite:${path}`, operations: [send] });
+    const job = await q1.enqueue(send, { to: 'a@example.com' });
+    expect(await q1.store.schemaVersion()).toBe(LATEST_SCHEMA_VERSION);
+    await q1.close();
+    const q = await openQueue({ store: `sqlite:${path}`, operations: [send] });
+    cleanups.push(() => q.close());
+    const w = q.worker({ operations: [send], pollIntervalMs: 10 });
+    await w.start();
+    await until('the job to succeed', async () => (await q.job(job.id))?.job.state === 'SUCCEEDED');
+    await w.stop();
+    const db = new Database(path);
+    try {
+      expect(ephemeral(db, setState)).toBe(false);
+      expect(ephemeral(db, setAttempt)).toBe(false);
+      // Still enforced: an unknown state or resolution is refused, NULL resolution allowed.
+      expect(() => db.prepare(setState).run('DONE', 0, job.id)).toThrow(/CHECK constraint failed/);
+      expect(() => db.prepare(setAttempt).run('DONE', null, job.id, 1)).toThrow(
+        /CHECK constraint failed/,
+      );
+      expect(() => db.prepare(setAttempt).run('UNKNOWN', 'maybe', job.id, 1)).toThrow(
+        /CHECK constraint failed/,
+      );
+      expect(db.prepare(setState).run('CANCELLED', 0, job.id).changes).toBe(1);
+      expect(db.pragma('integrity_check', { simple: true })).toBe('ok');
+    } finally {
+      db.close();
+    }
   });
 
   it('a write lock held by another process: the event loop runs on while the write waits, then it lands or fails as StoreUnavailable', async () => {

@@ -6,10 +6,38 @@ export interface Migration {
   version: number;
   name: string;
   sql: string;
+  /**
+   * Edits of stored `CREATE TABLE` texts, for a change SQLite's ALTER TABLE cannot make and
+   * that leaves every stored row valid: a CHECK constraint replaced by an equivalent one. Made
+   * through `PRAGMA writable_schema` in the migration's transaction, the procedure SQLite
+   * documents for CHECK constraints (no table rebuild); each `from` must occur exactly once.
+   */
+  rewrites?: readonly { table: string; from: string; to: string }[];
 }
 
-const JOB_STATES = `'QUEUED','LEASED','UNKNOWN','NEEDS_REVIEW','SUCCEEDED','FAILED','CANCELLED'`;
-const ATTEMPT_STATES = `'LEASED','SUCCEEDED','FAILED_BEFORE_SEND','FAILED','UNKNOWN'`;
+const JOB_STATE_LIST = [
+  'QUEUED',
+  'LEASED',
+  'UNKNOWN',
+  'NEEDS_REVIEW',
+  'SUCCEEDED',
+  'FAILED',
+  'CANCELLED',
+];
+const ATTEMPT_STATE_LIST = ['LEASED', 'SUCCEEDED', 'FAILED_BEFORE_SEND', 'FAILED', 'UNKNOWN'];
+const RESOLUTION_LIST = ['succeeded', 'failed', 'not_found', 'retry'];
+// As release 1 wrote them (its CREATE TABLE texts are matched by migration 3).
+const quoted = (values: string[]) => values.map((v) => `'${v}'`).join(',');
+const JOB_STATES = quoted(JOB_STATE_LIST);
+const ATTEMPT_STATES = quoted(ATTEMPT_STATE_LIST);
+
+/**
+ * `column = 'a' OR column = 'b' …`: the same constraint as `column IN ('a', 'b', …)` (NULL
+ * passes both), without what SQLite makes of an IN list of more than two values in a CHECK: an
+ * ephemeral B-tree built and dropped on every row write, about 1.5 µs each.
+ */
+const anyOf = (column: string, values: string[]) =>
+  values.map((v) => `${column} = '${v}'`).join(' OR ');
 
 export const MIGRATIONS: readonly Migration[] = [
   {
@@ -60,7 +88,7 @@ CREATE TABLE attempts (
   result_json              TEXT,
   error_json               TEXT,
   reason                   TEXT,
-  resolution               TEXT CHECK (resolution IN ('succeeded','failed','not_found','retry')),
+  resolution               TEXT CHECK (resolution IN (${quoted(RESOLUTION_LIST)})),
   resolution_source        TEXT,
   resolution_evidence_json TEXT,
   resolved_at              INTEGER,
@@ -102,6 +130,31 @@ CREATE TRIGGER events_no_delete BEFORE DELETE ON events BEGIN SELECT RAISE(ABORT
 DROP INDEX jobs_state;
 CREATE INDEX jobs_review ON jobs (id) WHERE state = 'NEEDS_REVIEW';
 `,
+  },
+  {
+    // Every job and attempt write checked its state against an IN list, which SQLite compiles
+    // to an ephemeral B-tree built on each run of the statement: five or six per job
+    // processed, ≈ 1.5 µs each. The same constraints as OR chains compile to comparisons.
+    version: 3,
+    name: 'state checks without IN lists',
+    sql: '',
+    rewrites: [
+      {
+        table: 'jobs',
+        from: `CHECK (state IN (${JOB_STATES}))`,
+        to: `CHECK (${anyOf('state', JOB_STATE_LIST)})`,
+      },
+      {
+        table: 'attempts',
+        from: `CHECK (state IN (${ATTEMPT_STATES}))`,
+        to: `CHECK (${anyOf('state', ATTEMPT_STATE_LIST)})`,
+      },
+      {
+        table: 'attempts',
+        from: `CHECK (resolution IN (${quoted(RESOLUTION_LIST)}))`,
+        to: `CHECK (${anyOf('resolution', RESOLUTION_LIST)})`,
+      },
+    ],
   },
 ];
 

@@ -62,7 +62,7 @@ import type {
   StoreStats,
 } from '../store.js';
 import { CommitObservers } from '../commit-observers.js';
-import { LATEST_SCHEMA_VERSION, MIGRATIONS } from './schema.js';
+import { LATEST_SCHEMA_VERSION, MIGRATIONS, type Migration } from './schema.js';
 import { WakeChannel, wakeDirectory } from './wake.js';
 
 export interface SqliteStoreOptions {
@@ -402,12 +402,52 @@ export class SqliteStore implements Store {
         throw new SchemaTooNew(this.location, current, LATEST_SCHEMA_VERSION);
       for (const m of MIGRATIONS) {
         if (m.version <= current) continue;
-        db.exec(m.sql);
+        if (m.sql) db.exec(m.sql);
+        if (m.rewrites) this.rewriteTables(m.rewrites);
         db.prepare(
           'INSERT INTO reckon_migrations (version, name, applied_at) VALUES (?, ?, ?)',
         ).run(m.version, m.name, this.now());
       }
     }).immediate();
+  }
+
+  /**
+   * Replaces text in stored CREATE TABLE statements (see `Migration.rewrites`), inside the
+   * migration's transaction: `writable_schema` for the edit (better-sqlite3's defensive mode
+   * lifted for it alone), then a new schema version, so that every other connection reloads the
+   * schema before its next statement. Throws, rolling the migration back, unless each text is
+   * found exactly once (or only its replacement is).
+   */
+  private rewriteTables(rewrites: NonNullable<Migration['rewrites']>): void {
+    const db = this.conn();
+    const version = db.pragma('schema_version', { simple: true }) as number;
+    db.unsafeMode(true);
+    try {
+      db.pragma('writable_schema = ON');
+      const read = db.prepare(`SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?`);
+      const write = db.prepare(
+        `UPDATE sqlite_schema SET sql = ? WHERE type = 'table' AND name = ?`,
+      );
+      for (const r of rewrites) {
+        const row = read.get(r.table) as { sql: string } | undefined;
+        const count = (text: string) => (row ? row.sql.split(text).length - 1 : 0);
+        const found = count(r.from);
+        // Already in place (a database whose migrations table was rolled back by hand).
+        if (found === 0 && count(r.to) === 1) continue;
+        if (found !== 1)
+          throw new Error(
+            `migration: expected ${JSON.stringify(r.from)} once in table ${r.table}, found it ${found} times`,
+          );
+        write.run(
+          row!.sql.replace(r.from, () => r.to),
+          r.table,
+        );
+      }
+      db.pragma(`schema_version = ${version + 1}`);
+    } finally {
+      db.pragma('writable_schema = OFF');
+      db.unsafeMode(false);
+    }
   }
 
   private currentVersion(): number {
