@@ -487,6 +487,70 @@ describe('outcomes', () => {
     expect(calls).toBe(1);
   });
 
+  it('the attempt timeout aborts ctx.signal (read before or after it), and an execute that ignores it is given up two seconds later as UNKNOWN', async () => {
+    const seen: Record<string, { aborted: boolean; reason: unknown; at: number }> = {};
+    const started: Record<string, number> = {};
+    const slow = defineOperation({
+      name: 'browser.submit',
+      timeoutMs: 300,
+      execute: (input: { mode: 'listens' | 'late-reader' | 'ignores' }, ctx) =>
+        ctx.dispatch(async () => {
+          started[input.mode] = performance.now();
+          const record = () =>
+            (seen[input.mode] = {
+              aborted: ctx.signal.aborted,
+              reason: ctx.signal.reason,
+              at: performance.now() - started[input.mode]!,
+            });
+          if (input.mode === 'listens') {
+            // Reads the signal at once and settles when it aborts.
+            await new Promise((_, reject) =>
+              ctx.signal.addEventListener('abort', () => {
+                record();
+                reject(ctx.signal.reason as Error);
+              }),
+            );
+          }
+          if (input.mode === 'late-reader') {
+            // First reads ctx.signal after the timeout: it is already aborted, with the reason.
+            await new Promise((r) => setTimeout(r, 600));
+            record();
+            throw ctx.signal.reason as Error;
+          }
+          // Never settles and never looks at the signal.
+          return new Promise(() => undefined);
+        }),
+    });
+    const { q } = await queue();
+    const jobs = await Promise.all(
+      (['listens', 'late-reader', 'ignores'] as const).map((mode) => q.enqueue(slow, { mode })),
+    );
+    const w = q.worker({ operations: [slow], ...fast, leaseMs: 10_000 });
+    const ended: Record<string, number> = {};
+    w.on('review', (e: { input: { mode: string } }) => {
+      ended[e.input.mode] = performance.now() - started[e.input.mode]!;
+    });
+    await w.start();
+    await until('three attempts to end', () => Promise.resolve(Object.keys(ended).length === 3));
+    await w.stop();
+    for (const mode of ['listens', 'late-reader'] as const) {
+      expect(seen[mode]).toMatchObject({ aborted: true, reason: { code: 'ATTEMPT_TIMEOUT' } });
+    }
+    expect(seen.listens!.at).toBeGreaterThanOrEqual(290);
+    expect(seen.listens!.at).toBeLessThan(1_500);
+    expect(ended.listens).toBeLessThan(1_500);
+    // The one that ignores the signal: given up at the timeout plus two seconds, not before.
+    expect(ended.ignores).toBeGreaterThanOrEqual(2_250);
+    expect(ended.ignores).toBeLessThan(4_000);
+    for (const job of jobs) {
+      const detail = (await q.job(job.id))!;
+      expect(detail.job.state).toBe('NEEDS_REVIEW');
+      expect(detail.attempts.map((a) => [a.state, a.reason])).toEqual([
+        ['UNKNOWN', 'timeout-after-dispatch'],
+      ]);
+    }
+  });
+
   it('a plain error after dispatch is UNKNOWN, never retried; with no recovery path it waits for review', async () => {
     let calls = 0;
     const post = defineOperation({
