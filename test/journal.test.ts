@@ -390,6 +390,49 @@ describe('store errors are typed', () => {
     }
   });
 
+  it('migration 3 leaves a state check it did not write (a table edited by hand) as it is, and rewrites the others', async () => {
+    const path = join(dir(), 'edited.db');
+    const old = new Database(path);
+    old.exec(
+      `CREATE TABLE reckon_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`,
+    );
+    for (const m of MIGRATIONS.filter((m) => m.version <= 2)) {
+      old.exec(m.sql);
+      old.prepare('INSERT INTO reckon_migrations VALUES (?, ?, 0)').run(m.version, m.name);
+    }
+    // An operator's own constraint on jobs.state, in place of reckon's.
+    const mine = `CHECK (length(state) > 0 AND state IN ('QUEUED','LEASED','UNKNOWN','NEEDS_REVIEW','SUCCEEDED','FAILED','CANCELLED'))`;
+    const version = old.pragma('schema_version', { simple: true }) as number;
+    old.unsafeMode(true);
+    old.pragma('writable_schema = ON');
+    old
+      .prepare(
+        `UPDATE sqlite_schema SET sql = replace(sql, ?, ?) WHERE type = 'table' AND name = 'jobs'`,
+      )
+      .run(
+        `CHECK (state IN ('QUEUED','LEASED','UNKNOWN','NEEDS_REVIEW','SUCCEEDED','FAILED','CANCELLED'))`,
+        mine,
+      );
+    old.pragma(`schema_version = ${version + 1}`);
+    old.pragma('writable_schema = OFF');
+    old.close();
+    const q = await openQueue({ store: `sqlite:${path}`, operations: [send] });
+    cleanups.push(() => q.close());
+    expect(await q.store.schemaVersion()).toBe(LATEST_SCHEMA_VERSION);
+    await q.enqueue(send, { to: 'a@example.com' });
+    const check = new Database(path, { readonly: true });
+    try {
+      const sql = (table: string) =>
+        (check.prepare(`SELECT sql FROM sqlite_schema WHERE name = ?`).get(table) as { sql: string })
+          .sql;
+      expect(sql('jobs')).toContain(mine);
+      expect(sql('attempts')).toContain(`CHECK (state = 'LEASED' OR state = 'SUCCEEDED'`);
+      expect(sql('attempts')).not.toContain('state IN (');
+    } finally {
+      check.close();
+    }
+  });
+
   it('a write lock held by another process: the event loop runs on while the write waits, then it lands or fails as StoreUnavailable', async () => {
     const path = join(dir(), 'locked.db');
     const q = await openQueue({

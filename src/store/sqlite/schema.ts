@@ -10,7 +10,8 @@ export interface Migration {
    * Edits of stored `CREATE TABLE` texts, for a change SQLite's ALTER TABLE cannot make and
    * that leaves every stored row valid: a CHECK constraint replaced by an equivalent one. Made
    * through `PRAGMA writable_schema` in the migration's transaction, the procedure SQLite
-   * documents for CHECK constraints (no table rebuild); each `from` must occur exactly once.
+   * documents for CHECK constraints (no table rebuild). A `from` absent from its table (already
+   * rewritten, or a table edited by hand) leaves that table as it is; found twice, it throws.
    */
   rewrites?: readonly { table: string; from: string; to: string }[];
 }

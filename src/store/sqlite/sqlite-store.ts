@@ -415,8 +415,7 @@ export class SqliteStore implements Store {
    * Replaces text in stored CREATE TABLE statements (see `Migration.rewrites`), inside the
    * migration's transaction: `writable_schema` for the edit (better-sqlite3's defensive mode
    * lifted for it alone), then a new schema version, so that every other connection reloads the
-   * schema before its next statement. Throws, rolling the migration back, unless each text is
-   * found exactly once (or only its replacement is).
+   * schema before its next statement. A text found twice throws, rolling the migration back.
    */
   private rewriteTables(rewrites: NonNullable<Migration['rewrites']>): void {
     const db = this.conn();
@@ -430,13 +429,14 @@ export class SqliteStore implements Store {
       );
       for (const r of rewrites) {
         const row = read.get(r.table) as { sql: string } | undefined;
-        const count = (text: string) => (row ? row.sql.split(text).length - 1 : 0);
-        const found = count(r.from);
-        // Already in place (a database whose migrations table was rolled back by hand).
-        if (found === 0 && count(r.to) === 1) continue;
-        if (found !== 1)
+        const found = row ? row.sql.split(r.from).length - 1 : 0;
+        // Not there: already rewritten (a migrations table rolled back by hand), or a table
+        // edited by hand. Its constraint is then left as it is: a rewrite only ever replaces a
+        // constraint with an equivalent one, so leaving it changes no rule, only its cost.
+        if (found === 0) continue;
+        if (found > 1)
           throw new Error(
-            `migration: expected ${JSON.stringify(r.from)} once in table ${r.table}, found it ${found} times`,
+            `migration: ${JSON.stringify(r.from)} occurs ${found} times in table ${r.table}; expected once`,
           );
         write.run(
           row!.sql.replace(r.from, () => r.to),
