@@ -24,7 +24,7 @@ import {
 } from '../src/index.js';
 import { tempSqliteStore, type TestStore } from './helpers/stores.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from '../src/store/sqlite/schema.js';
-import { SqliteStore } from '../src/store/sqlite/sqlite-store.js';
+import { SqliteStore, rewriteTables } from '../src/store/sqlite/sqlite-store.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -423,13 +423,54 @@ describe('store errors are typed', () => {
     const check = new Database(path, { readonly: true });
     try {
       const sql = (table: string) =>
-        (check.prepare(`SELECT sql FROM sqlite_schema WHERE name = ?`).get(table) as { sql: string })
-          .sql;
+        (
+          check.prepare(`SELECT sql FROM sqlite_schema WHERE name = ?`).get(table) as {
+            sql: string;
+          }
+        ).sql;
       expect(sql('jobs')).toContain(mine);
       expect(sql('attempts')).toContain(`CHECK (state = 'LEASED' OR state = 'SUCCEEDED'`);
       expect(sql('attempts')).not.toContain('state IN (');
     } finally {
       check.close();
+    }
+  });
+
+  it('a schema rewrite whose new text does not parse is refused before it is written: the migration rolls back, the file stays readable', () => {
+    const path = join(dir(), 'rewrite.db');
+    const db = new Database(path);
+    db.exec(
+      `CREATE TABLE t (id TEXT PRIMARY KEY, state TEXT NOT NULL CHECK (state IN ('A','B','C'))) STRICT; INSERT INTO t VALUES ('x', 'A')`,
+    );
+    const from = `CHECK (state IN ('A','B','C'))`;
+    expect(() =>
+      db.transaction(() =>
+        rewriteTables(db, [{ table: 't', from, to: `CHECK (state = 'A' OR OR)` }]),
+      )(),
+    ).toThrow(/new text of table t does not parse/);
+    db.close();
+    const again = new Database(path);
+    try {
+      expect(again.pragma('quick_check', { simple: true })).toBe('ok');
+      expect(again.prepare('SELECT state FROM t').all()).toEqual([{ state: 'A' }]);
+      expect(
+        (again.prepare(`SELECT sql FROM sqlite_schema WHERE name = 't'`).get() as { sql: string })
+          .sql,
+      ).toContain(from);
+      // A good one applies, and is enforced by a connection opened afterwards.
+      again.transaction(() =>
+        rewriteTables(again, [{ table: 't', from, to: `CHECK (state = 'A' OR state = 'B')` }]),
+      )();
+    } finally {
+      again.close();
+    }
+    const third = new Database(path);
+    try {
+      expect(() => third.prepare(`INSERT INTO t VALUES ('y', 'C')`).run()).toThrow(
+        /CHECK constraint failed/,
+      );
+    } finally {
+      third.close();
     }
   });
 
