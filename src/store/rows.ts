@@ -223,7 +223,7 @@ export function newQueuedJob(j: JobInsert, now: number, backoffJson?: string): J
 const backoffs = new Map<string, BackoffPolicy>();
 const BACKOFFS_CACHED_MAX = 256;
 
-function backoffOf(json: string): BackoffPolicy {
+export function backoffOf(json: string): BackoffPolicy {
   let b = backoffs.get(json);
   if (b === undefined) {
     b = Object.freeze(JSON.parse(json) as BackoffPolicy);

@@ -18,7 +18,6 @@ import {
 } from '../../core/errors.js';
 import type { ErrorInfo } from '../../core/errors.js';
 import type { Json } from '../../core/json.js';
-import type { BackoffPolicy } from '../../core/retry.js';
 import type { AttemptState, JobState } from '../../core/states.js';
 import { JOB_STATES } from '../../core/states.js';
 import {
@@ -30,6 +29,7 @@ import {
 } from '../rules.js';
 import {
   attemptFromRow,
+  backoffOf,
   eventFromRow,
   jobFromRow,
   jsonOrNull,
@@ -259,7 +259,7 @@ function jobFromTuple(r: JobTuple): JobRecord {
     finishedAt: r[13],
     attemptCount: r[14],
     maxAttempts: r[15],
-    backoff: JSON.parse(r[16]) as BackoffPolicy,
+    backoff: backoffOf(r[16]),
     timeoutMs: r[17],
     nextCheckAt: r[18],
     lookupFailures: r[19],
