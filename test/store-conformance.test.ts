@@ -539,6 +539,12 @@ describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
       expect(rest.map((c) => c.job.requestKey)).toEqual(['low']);
       const mail = await claim({ queues: ['mail', 'default'], operations: ['op.a', 'op.b'] });
       expect(mail.map((c) => c.job.requestKey)).toEqual(['mail', 'other-op']);
+      // What a claim answers is the job and attempt as the store now holds them.
+      for (const c of [...first, ...rest, ...mail]) {
+        const d = await detail(c.job.id);
+        expect(c.job).toEqual(d.job);
+        expect(c.attempt).toEqual(d.attempts[0]);
+      }
     });
 
     it('creates a LEASED attempt with a fresh token and expiry now + leaseMs on the store clock', async () => {

@@ -183,28 +183,28 @@ function claimProbeSql(queues: number, operations: number): string {
 }
 
 /**
- * Takes up to `limit` due jobs in claim order and returns them as updated. Several queues: the
- * first `limit` of each (each an ordered index range), merged; never a sort of all the waiting
- * jobs. Arguments: see `claimArgs`.
+ * Up to `limit` due jobs in claim order, every column (`JobTuple`) and then the rowid. Several
+ * queues: the first `limit` of each (each an ordered index range), merged; never a sort of all
+ * the waiting jobs. Arguments: see `claimArgs`. Read inside the claim's write transaction, then
+ * leased by rowid (`CLAIM_LEASE`): no other writer can come between the two.
  */
 function claimSql(queues: number, operations: number): string {
-  return byArity('claim', queues, operations, () => {
-    const ids =
-      queues === 1
-        ? claimCandidates(operations, 'rowid')
-        : `SELECT r FROM (${Array.from(
-            { length: queues },
-            () =>
-              `SELECT * FROM (${claimCandidates(operations, 'rowid AS r, priority, run_at, id')})`,
-          ).join(' UNION ALL ')}) ORDER BY priority DESC, run_at, id ${LIMIT_PARAM}`;
-    return `UPDATE jobs SET state = 'LEASED', attempt_count = attempt_count + 1, updated_at = ?, next_check_at = NULL
-      WHERE rowid IN (${ids})
-      RETURNING ${JOB_COLUMNS}`;
-  });
+  return byArity('claim', queues, operations, () =>
+    queues === 1
+      ? claimCandidates(operations, `${JOB_COLUMNS}, rowid`)
+      : `SELECT * FROM (${Array.from(
+          { length: queues },
+          () => `SELECT * FROM (${claimCandidates(operations, `${JOB_COLUMNS}, rowid`)})`,
+        ).join(' UNION ALL ')}) ORDER BY priority DESC, run_at, id ${LIMIT_PARAM}`,
+  );
 }
 
+/** Leases one claimed job (by the rowid `claimSql` read). */
+const CLAIM_LEASE = `UPDATE jobs SET state = 'LEASED', attempt_count = attempt_count + 1, updated_at = ?,
+  next_check_at = NULL WHERE rowid = ? AND state = 'QUEUED'`;
+
 function claimArgs(now: number, queues: string[], operations: string[], limit: number): unknown[] {
-  const args: unknown[] = [now];
+  const args: unknown[] = [];
   for (const q of queues) args.push(q, now, ...operations, limit);
   if (queues.length > 1) args.push(limit);
   return args;
@@ -266,11 +266,6 @@ function jobFromTuple(r: JobTuple): JobRecord {
     result: r[20] === null ? null : (JSON.parse(r[20]) as Json),
     error: r[21] === null ? null : (JSON.parse(r[21]) as ErrorInfo),
   };
-}
-
-/** RETURNING has no order: the claim order (priority DESC, run_at, id; ids are ASCII). */
-function claimOrder(a: JobTuple, b: JobTuple): number {
-  return b[9] - a[9] || a[10] - b[10] || (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0);
 }
 
 const EVENT_COLUMNS = 9;
@@ -1223,13 +1218,21 @@ export class SqliteStore implements Store {
       () => {
         const now = this.now();
         const leaseExpiresAt = now + p.leaseMs;
-        // One statement takes the jobs and returns them as updated (no read-back).
+        // Read in claim order, then leased one by one by rowid: no RETURNING (SQLite gathers
+        // returned rows in an ephemeral table) and no `rowid IN (…)` set to build.
         const rows = this.rawStmt(claimSql(queues.length, p.operations.length)).all(
           claimArgs(now, queues, p.operations, p.limit),
-        ) as JobTuple[];
+        ) as [...JobTuple, number][];
         if (rows.length === 0) return [];
-        // RETURNING has no order: the claim order is priority DESC, run_at, id.
-        if (rows.length > 1) rows.sort(claimOrder);
+        const lease = this.stmt(CLAIM_LEASE);
+        for (const r of rows) {
+          assert(lease.run(now, r[22]).changes === 1, `job ${r[0]} changed between read and lease`);
+          // The row as leased.
+          r[8] = 'LEASED';
+          r[12] = now;
+          r[14] = r[14] + 1;
+          r[18] = null;
+        }
         const insertAttempt = this.stmt(
           `INSERT INTO attempts (job_id, attempt_no, request_key, request_fingerprint, state, owner_id, lease_token, leased_at, lease_expires_at)
          VALUES (?, ?, ?, ?, 'LEASED', ?, ?, ?, ?)`,
@@ -1237,7 +1240,7 @@ export class SqliteStore implements Store {
         const detail = `{"leaseMs":${JSON.stringify(p.leaseMs)}}`;
         const out: ClaimedAttempt[] = new Array<ClaimedAttempt>(rows.length);
         for (let i = 0; i < rows.length; i++) {
-          const job = jobFromTuple(rows[i]!);
+          const job = jobFromTuple(rows[i] as unknown as JobTuple);
           const attemptNo = job.attemptCount;
           const token = newLeaseToken();
           insertAttempt.run(
