@@ -16,6 +16,11 @@ export interface Migration {
   rewrites?: readonly { table: string; from: string; to: string }[];
 }
 
+/**
+ * The states as migrations 1 and 3 wrote them: copies, not core/states.ts's lists, because a
+ * released migration's text never changes (migration 3 finds migration 1's texts by their exact
+ * words); a state added later gets a migration of its own.
+ */
 const JOB_STATE_LIST = [
   'QUEUED',
   'LEASED',
@@ -27,7 +32,6 @@ const JOB_STATE_LIST = [
 ];
 const ATTEMPT_STATE_LIST = ['LEASED', 'SUCCEEDED', 'FAILED_BEFORE_SEND', 'FAILED', 'UNKNOWN'];
 const RESOLUTION_LIST = ['succeeded', 'failed', 'not_found', 'retry'];
-// As release 1 wrote them (its CREATE TABLE texts are matched by migration 3).
 const quoted = (values: string[]) => values.map((v) => `'${v}'`).join(',');
 const JOB_STATES = quoted(JOB_STATE_LIST);
 const ATTEMPT_STATES = quoted(ATTEMPT_STATE_LIST);
