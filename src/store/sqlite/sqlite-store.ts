@@ -1347,9 +1347,10 @@ export class SqliteStore implements Store {
     return this.write(() => {
       const now = this.now();
       return p.finishes.map((f) => {
-        if (f.state !== 'UNKNOWN') return this.finishFenced(f, now);
-        // UNKNOWN needs a marker (a CHECK too): judged before writing, so that a broken
-        // invariant is reported as such rather than as a constraint error.
+        // The fence read first (one join, both rowids), then both rows written by rowid: a little
+        // cheaper than a conditional UPDATE of the attempt (its EXISTS on the job, its RETURNING
+        // gathered in an ephemeral table) followed by the job's by id. A broken invariant
+        // (UNKNOWN without a marker: a CHECK too) is judged before anything is written.
         const v = this.fenceView(f.lease);
         if (!v || !leaseHolds(v.job, v.attempt, f.lease)) return false;
         assertFinishLegal(v.job, v.attempt, f);
@@ -1357,53 +1358,6 @@ export class SqliteStore implements Store {
         return true;
       });
     });
-  }
-
-  /**
-   * An outcome in one conditional write, fenced exactly as `leaseHolds` (token, attempt LEASED,
-   * job LEASED on this attempt); then the same legality checks as before. A check that throws
-   * rolls this write back with the rest of its caller's (see `flushWrites`).
-   */
-  private finishFenced(f: AttemptFinish, now: number): boolean {
-    const { lease } = f;
-    const errorJson = jsonOrNull(f.error);
-    const r = this.rawStmt(
-      `UPDATE attempts SET state = ?, finished_at = ?, result_json = ?, error_json = ?, reason = ?
-       WHERE job_id = ? AND attempt_no = ? AND lease_token = ? AND state = 'LEASED'
-         AND EXISTS (SELECT 1 FROM jobs WHERE id = ? AND state = 'LEASED' AND attempt_count = ?)
-       RETURNING dispatched_at, request_fingerprint`,
-    ).get(
-      f.state,
-      now,
-      f.resultJson,
-      errorJson,
-      f.reason,
-      lease.jobId,
-      lease.attemptNo,
-      lease.leaseToken,
-      lease.jobId,
-      lease.attemptNo,
-    ) as [dispatchedAt: number | null, fingerprint: string] | undefined;
-    if (!r) return false;
-    // As the fence saw them before this write (see `fenceView`).
-    const job = {
-      id: lease.jobId,
-      state: 'LEASED',
-      attemptCount: lease.attemptNo,
-      nextCheckAt: null,
-      fingerprint: r[1],
-    } as JobRecord;
-    const attempt = {
-      jobId: lease.jobId,
-      attemptNo: lease.attemptNo,
-      state: 'LEASED',
-      leaseToken: lease.leaseToken,
-      dispatchedAt: r[0],
-      fingerprint: r[1],
-    } as AttemptRecord;
-    assertFinishLegal(job, attempt, f);
-    this.endJob(lease.jobId, job, attempt, f, f.resultJson, f.error, errorJson, now);
-    return true;
   }
 
   private finishAttempt(v: FenceView, f: AttemptFinish | AttemptExpire, now: number): void {
