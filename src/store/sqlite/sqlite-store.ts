@@ -241,7 +241,10 @@ type JobTuple = [
 ];
 
 /** `jobFromRow` for a raw row of `JOB_COLUMNS` (SQLite: times are already epoch-ms numbers). */
-function jobFromTuple(r: JobTuple): JobRecord {
+/** A claim's row: the job's columns, then its rowid. */
+type ClaimTuple = [...JobTuple, rowid: number];
+
+function jobFromTuple(r: JobTuple | ClaimTuple): JobRecord {
   return {
     id: r[0],
     queue: r[1],
@@ -1222,17 +1225,9 @@ export class SqliteStore implements Store {
         // returned rows in an ephemeral table) and no `rowid IN (…)` set to build.
         const rows = this.rawStmt(claimSql(queues.length, p.operations.length)).all(
           claimArgs(now, queues, p.operations, p.limit),
-        ) as [...JobTuple, number][];
+        ) as ClaimTuple[];
         if (rows.length === 0) return [];
         const lease = this.stmt(CLAIM_LEASE);
-        for (const r of rows) {
-          assert(lease.run(now, r[22]).changes === 1, `job ${r[0]} changed between read and lease`);
-          // The row as leased.
-          r[8] = 'LEASED';
-          r[12] = now;
-          r[14] = r[14] + 1;
-          r[18] = null;
-        }
         const insertAttempt = this.stmt(
           `INSERT INTO attempts (job_id, attempt_no, request_key, request_fingerprint, state, owner_id, lease_token, leased_at, lease_expires_at)
          VALUES (?, ?, ?, ?, 'LEASED', ?, ?, ?, ?)`,
@@ -1240,7 +1235,14 @@ export class SqliteStore implements Store {
         const detail = `{"leaseMs":${JSON.stringify(p.leaseMs)}}`;
         const out: ClaimedAttempt[] = new Array<ClaimedAttempt>(rows.length);
         for (let i = 0; i < rows.length; i++) {
-          const job = jobFromTuple(rows[i] as unknown as JobTuple);
+          const r = rows[i]!;
+          assert(lease.run(now, r[22]).changes === 1, `job ${r[0]} changed between read and lease`);
+          // The row as leased.
+          r[8] = 'LEASED';
+          r[12] = now;
+          r[14] = r[14] + 1;
+          r[18] = null;
+          const job = jobFromTuple(r);
           const attemptNo = job.attemptCount;
           const token = newLeaseToken();
           insertAttempt.run(
@@ -1374,7 +1376,7 @@ export class SqliteStore implements Store {
 
   /** The job side of an ended attempt, and its event. */
   private endJob(
-    jobKey: string | number,
+    jobRowid: number,
     job: JobRecord,
     attempt: AttemptRecord,
     f: AttemptFinish | AttemptExpire,
@@ -1384,7 +1386,7 @@ export class SqliteStore implements Store {
     now: number,
   ): void {
     const next = f.job;
-    this.setJobState(jobKey, job.nextCheckAt, next.to, now, {
+    this.setJobState(jobRowid, job.nextCheckAt, next.to, now, {
       ...(next.to === 'QUEUED' ? { runAt: now + (next.delayMs ?? 0) } : {}),
       ...(next.to === 'UNKNOWN'
         ? {
