@@ -39,6 +39,27 @@ describe('GroupCommit', () => {
     expect(commits).toEqual([1, 2]);
   });
 
+  it('what answered callers ask for next, in their promise continuations, rides in the next merged call with the waiting calls', async () => {
+    const { runs, g } = rig();
+    // Each caller of the first call asks again once answered, a few promise hops later (as a
+    // worker whose marker committed runs its function and asks for its outcome).
+    const chained = (n: number) =>
+      g.call([n]).then(async () => {
+        await Promise.resolve();
+        await Promise.resolve();
+        return g.call([n + 10]);
+      });
+    const first = g.call([0]);
+    const [a, b] = await Promise.all([chained(1), chained(2), first]);
+    expect([a, b]).toEqual([[22], [24]]);
+    expect(runs).toEqual([[0], [1, 2], [11, 12]]);
+    // A call on an idle group (a turn of the event loop later) still starts at once.
+    await new Promise((r) => setImmediate(r));
+    const idle = g.call([5]);
+    expect(runs.at(-1)).toEqual([5]);
+    await idle;
+  });
+
   it('a failing caller is rejected alone: the others are run again on their own, and those commits are reported', async () => {
     const { runs, commits, g } = rig();
     const [first, ok, bad] = await Promise.allSettled([g.call([1]), g.call([2]), g.call([-3])]);

@@ -21,6 +21,7 @@ import { createStore } from '../src/store/open.js';
 import type {
   AttemptFinish,
   ClaimedAttempt,
+  DispatchMarkResult,
   JobInsert,
   JobTransition,
   LeaseRef,
@@ -459,6 +460,103 @@ describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
       expect(twice.status === 'rejected' && twice.reason).toBeInstanceOf(InvariantViolation);
       expect(fine.status === 'fulfilled' && fine.value[0]?.ok).toBe(true);
       expect((await detail(y!.job.id)).attempts[0]!.dispatchedAt).not.toBeNull();
+    });
+
+    /** The callers each commit of the store answers from now on (see `Store.onCommit`). */
+    const commitSizes = (): (() => number[]) => {
+      const sizes: number[] = [];
+      const stop = store.onCommit!((c) => sizes.push(c.callers));
+      return () => {
+        stop();
+        return sizes;
+      };
+    };
+
+    // Markers and outcomes asked for while others run are merged into the next commit of their
+    // kind (SQLite: of all kinds): each caller must still get its own answer.
+    it('markers and outcomes asked for together each get their own answer and write their rows', async () => {
+      await insert(...Array.from({ length: 13 }, (_, i) => newJob(`mf${i}`)));
+      const claimed = await claim({ limit: 13, leaseMs: 5_000 });
+      expect(claimed).toHaveLength(13);
+      const ended = claimed.slice(0, 6);
+      const marked = claimed.slice(7);
+      await store.attemptDispatchMany({ leases: ended.map((c) => leaseOf(c)) });
+      const commits = commitSizes();
+      const [, ...answers] = await Promise.all([
+        store.attemptDispatchMany({ leases: [leaseOf(claimed[6]!)] }),
+        ...ended.map((c, i) =>
+          store.attemptFinishMany({
+            finishes: [succeeded(leaseOf(c, i === 2 ? 'stale' : undefined))],
+          }),
+        ),
+        ...marked.map((c, i) =>
+          store.attemptDispatchMany({ leases: [leaseOf(c, i === 4 ? 'stale' : undefined)] }),
+        ),
+      ]);
+      // They were merged (PostgreSQL: the five markers in one commit, the outcomes but the
+      // first in another; SQLite: all in one).
+      expect(Math.max(...commits())).toBeGreaterThanOrEqual(5);
+      const finishes = answers.slice(0, ended.length) as boolean[][];
+      const marks = answers.slice(ended.length) as DispatchMarkResult[][];
+      expect(finishes.map(([applied]) => applied)).toEqual([true, true, false, true, true, true]);
+      expect(marks.map(([m]) => m?.ok)).toEqual([true, true, true, true, false, true]);
+      for (const [i, c] of ended.entries()) {
+        const d = await detail(c.job.id);
+        expect(d.job.state).toBe(i === 2 ? 'LEASED' : 'SUCCEEDED');
+        expect(d.events.map((e) => e.kind)).toEqual(
+          i === 2
+            ? ['enqueued', 'leased', 'dispatched']
+            : ['enqueued', 'leased', 'dispatched', 'attempt-succeeded'],
+        );
+      }
+      for (const [i, c] of marked.entries()) {
+        const d = await detail(c.job.id);
+        expect(d.job.state).toBe('LEASED');
+        expect(d.attempts[0]!.dispatchedAt === null).toBe(i === 4);
+        if (i !== 4)
+          expect(marks[i]![0]).toMatchObject({ dispatchedAt: d.attempts[0]!.dispatchedAt });
+      }
+    });
+
+    it('a broken invariant among markers and outcomes asked for together rejects its caller only', async () => {
+      await insert(
+        newJob('first'),
+        newJob('twice'),
+        newJob('fine'),
+        newJob('unmarked'),
+        newJob('m'),
+      );
+      const [first, twice, fine, unmarked, m] = await claim({ limit: 5, leaseMs: 5_000 });
+      await store.attemptDispatchMany({ leases: [leaseOf(twice!), leaseOf(fine!)] });
+      const [, again, ok, bad, mark] = await Promise.allSettled([
+        store.attemptDispatchMany({ leases: [leaseOf(first!)] }),
+        // Marked twice: a bug.
+        store.attemptDispatchMany({ leases: [leaseOf(twice!)] }),
+        store.attemptFinishMany({ finishes: [succeeded(leaseOf(fine!))] }),
+        // UNKNOWN without a marker: a bug.
+        store.attemptFinishMany({
+          finishes: [
+            {
+              lease: leaseOf(unmarked!),
+              state: 'UNKNOWN',
+              reason: 'no-definitive-answer',
+              resultJson: null,
+              error: null,
+              job: { to: 'UNKNOWN', checkAfterDispatchMs: 0 },
+              actor: 'w1',
+            },
+          ],
+        }),
+        store.attemptDispatchMany({ leases: [leaseOf(m!)] }),
+      ]);
+      expect(again.status === 'rejected' && again.reason).toBeInstanceOf(InvariantViolation);
+      expect(bad.status === 'rejected' && bad.reason).toBeInstanceOf(InvariantViolation);
+      expect(ok.status === 'fulfilled' && ok.value).toEqual([true]);
+      expect(mark.status === 'fulfilled' && mark.value[0]?.ok).toBe(true);
+      expect((await detail(fine!.job.id)).job.state).toBe('SUCCEEDED');
+      const u = await detail(unmarked!.job.id);
+      expect([u.job.state, u.attempts[0]!.state]).toEqual(['LEASED', 'LEASED']);
+      expect((await detail(m!.job.id)).attempts[0]!.dispatchedAt).not.toBeNull();
     });
   });
 

@@ -5,7 +5,11 @@
  *
  * - While fewer than `inFlightMax` merged calls are running, a call starts at once (no added
  *   latency when the store is idle); calls that arrive meanwhile wait and go together in the
- *   next one. Batches therefore grow exactly as fast as the store is busy.
+ *   next one. Batches therefore grow exactly as fast as the store is busy. When a merged call
+ *   ends, the next waits for the event loop's next turn, so that what its callers ask for next
+ *   in their promise continuations rides in it too (measured on PostgreSQL at concurrency 10:
+ *   without the wait, the worker's slots split into two halves whose commits alternated, each
+ *   job waiting for two).
  * - Each caller is answered with its own slice of the results, after the merged call resolved,
  *   i.e. after its write is durable.
  * - Isolation: if the merged call fails with an error that proves nothing was written (the
@@ -51,15 +55,26 @@ export class GroupCommit<I, O> {
   }
 
   private pump(): void {
-    while (this.inFlight < this.o.inFlightMax && this.queue.length > 0) {
+    while (!this.settling && this.inFlight < this.o.inFlightMax && this.queue.length > 0) {
       const group = this.take();
       this.inFlight++;
       void this.runGroup(group).finally(() => {
         this.inFlight--;
-        this.pump();
+        // The callers just answered act on it in promise continuations (a worker's marker
+        // resolves, its function runs, its outcome and the next job's marker are asked for):
+        // the next merged call waits for them until the event loop's next turn, so they ride
+        // in it instead of the one after.
+        this.settling = true;
+        setImmediate(this.settled);
       });
     }
   }
+
+  private settling = false;
+  private readonly settled = (): void => {
+    this.settling = false;
+    this.pump();
+  };
 
   /** Takes waiting callers, whole, up to itemsMax items (at least one caller). */
   private take(): Waiting<I, O>[] {
