@@ -78,7 +78,7 @@ import { GroupCommit } from '../group-commit.js';
 import { WorkListener } from './listener.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS, MIGRATIONS_TABLE_SQL } from './schema.js';
 import {
-  CLAIM_LIMIT_INLINE_MAX,
+  claimLimitInline,
   FAIL_MARK,
   NEW_JOB_SHARED,
   quoteIdent,
@@ -127,7 +127,7 @@ const GROUP_ITEMS_MAX = 1_000;
 /**
  * The hot statements are prepared once per pooled connection under these names, so the server
  * parses and plans each once per connection instead of once per call. The claims' names take a
- * suffix: their limit, or `n` for the one statement of the larger ones (CLAIM_LIMIT_INLINE_MAX).
+ * suffix: their limit, or `n` for the one statement of the other sizes (`claimLimitInline`).
  */
 const PREPARED = {
   jobInsertAllNew: 'reckon_job_insert_all_new',
@@ -1024,7 +1024,7 @@ export class PostgresStore implements Store {
     // One statement: a failure leaves nothing (or, if ambiguous, leases that simply expire).
     const queues = [...new Set(p.queues)];
     const one = queues.length === 1;
-    const inline = Number.isSafeInteger(p.limit) && p.limit <= CLAIM_LIMIT_INLINE_MAX;
+    const inline = claimLimitInline(p.limit);
     const since = this.commits.start();
     const r = await this.statement<ClaimRow>(
       `${one ? PREPARED.attemptClaim : PREPARED.attemptClaimQueues}_${inline ? p.limit : 'n'}`,
