@@ -76,6 +76,19 @@ function succeeded(lease: LeaseRef, actor = 'w1'): AttemptFinish {
   };
 }
 
+/** An UNKNOWN outcome (no definitive answer), to be checked again at once. */
+function unknownOutcome(lease: LeaseRef): AttemptFinish {
+  return {
+    lease,
+    state: 'UNKNOWN',
+    reason: 'no-definitive-answer',
+    resultJson: null,
+    error: null,
+    job: { to: 'UNKNOWN', checkAfterDispatchMs: 0 },
+    actor: 'w1',
+  };
+}
+
 /** Runs SQL against the store's tables behind its back (SQLite file, or the `reckon` schema). */
 async function rawSql(ts: TestStore, sql: string): Promise<void> {
   if (ts.kind === 'sqlite') {
@@ -535,17 +548,7 @@ describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
         store.attemptFinishMany({ finishes: [succeeded(leaseOf(fine!))] }),
         // UNKNOWN without a marker: a bug.
         store.attemptFinishMany({
-          finishes: [
-            {
-              lease: leaseOf(unmarked!),
-              state: 'UNKNOWN',
-              reason: 'no-definitive-answer',
-              resultJson: null,
-              error: null,
-              job: { to: 'UNKNOWN', checkAfterDispatchMs: 0 },
-              actor: 'w1',
-            },
-          ],
+          finishes: [unknownOutcome(leaseOf(unmarked!))],
         }),
         store.attemptDispatchMany({ leases: [leaseOf(m!)] }),
       ]);
@@ -835,17 +838,7 @@ describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
       const c = await claimOne('a');
       await expect(
         store.attemptFinishMany({
-          finishes: [
-            {
-              lease: leaseOf(c),
-              state: 'UNKNOWN',
-              reason: 'no-definitive-answer',
-              resultJson: null,
-              error: null,
-              job: { to: 'UNKNOWN', checkAfterDispatchMs: 0 },
-              actor: 'w1',
-            },
-          ],
+          finishes: [unknownOutcome(leaseOf(c))],
         }),
       ).rejects.toBeInstanceOf(InvariantViolation);
       const d = await detail(c.job.id);
