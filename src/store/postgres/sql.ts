@@ -125,8 +125,8 @@ const FIRST_OF_LEASE = `i.ord = min(i.ord) OVER (PARTITION BY i.job_id, i.attemp
  * share one statement (limit $5) planned per call, a cost their rows share; the bound keeps the
  * plans each connection caches few (each about 0.3 MB of server memory).
  */
-export const CLAIM_LIMIT_INLINE_MAX = 8;
-export const CLAIM_LIMIT_INLINE_TOP = 1_024;
+const CLAIM_LIMIT_INLINE_MAX = 8;
+const CLAIM_LIMIT_INLINE_TOP = 1_024;
 
 /** Whether a claim of `limit` jobs has a prepared statement of its own (see above). */
 export function claimLimitInline(limit: number): boolean {

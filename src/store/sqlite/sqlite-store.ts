@@ -240,10 +240,10 @@ type JobTuple = [
   errorJson: string | null,
 ];
 
-/** `jobFromRow` for a raw row of `JOB_COLUMNS` (SQLite: times are already epoch-ms numbers). */
 /** A claim's row: the job's columns, then its rowid. */
 type ClaimTuple = [...JobTuple, rowid: number];
 
+/** `jobFromRow` for a raw row of `JOB_COLUMNS` (SQLite: times are already epoch-ms numbers). */
 function jobFromTuple(r: JobTuple | ClaimTuple): JobRecord {
   return {
     id: r[0],
