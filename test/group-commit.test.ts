@@ -1,6 +1,6 @@
 /**
  * GroupCommit on its own (the PostgreSQL store's writes go through it): merging, isolation of a
- * failing caller, and what it reports to its commit observers.
+ * failing caller, what it reports to its commit observers, and one group yielding to another.
  */
 import { describe, expect, it } from 'vitest';
 import { CommitObservers } from '../src/store/commit-observers.js';
@@ -76,5 +76,83 @@ describe('GroupCommit', () => {
     });
     expect(await Promise.all([g.call([1]), g.call([2]), g.call([3])])).toEqual([[2], [4], [6]]);
     expect(runs).toEqual([[1], [2, 3]]);
+  });
+
+  describe('yieldTo', () => {
+    /** A group whose calls run until `release()`d: the calls others yield to. */
+    function held() {
+      const gates: (() => void)[] = [];
+      const g = new GroupCommit<number, number>({
+        run: (items) => new Promise((resolve) => gates.push(() => resolve(items))),
+        inFlightMax: 1,
+        itemsMax: 100,
+        isAmbiguous: () => false,
+      });
+      const release = () => gates.shift()!();
+      return { g, release };
+    }
+
+    function yielding(to: GroupCommit<number, number>, maxMs: number) {
+      const runs: { items: number[]; at: number }[] = [];
+      const g = new GroupCommit<number, number>({
+        run: (items) => {
+          runs.push({ items, at: performance.now() });
+          return Promise.resolve(items);
+        },
+        inFlightMax: 1,
+        itemsMax: 100,
+        isAmbiguous: () => false,
+        yieldTo: { group: to, maxMs },
+      });
+      return { g, runs };
+    }
+
+    const turn = () => new Promise((r) => setImmediate(r));
+
+    it('starts at once while the group it yields to is idle', async () => {
+      const first = held();
+      const { g, runs } = yielding(first.g, 10_000);
+      const answer = g.call([1]);
+      expect(runs.map((r) => r.items)).toEqual([[1]]);
+      expect(await answer).toEqual([1]);
+    });
+
+    it('waits while that group is busy, and starts as soon as it turns idle, with whatever asked meanwhile', async () => {
+      const first = held();
+      const { g, runs } = yielding(first.g, 10_000);
+      const marker = first.g.call([100]);
+      const a = g.call([1]);
+      await turn();
+      const b = g.call([2]);
+      await turn();
+      expect(runs).toEqual([]);
+      const released = performance.now();
+      first.release();
+      expect(await marker).toEqual([100]);
+      expect(await Promise.all([a, b])).toEqual([[1], [2]]);
+      expect(runs.map((r) => r.items)).toEqual([[1, 2]]);
+      // Told by the group turning idle, not by its own wait (10 s) running out.
+      expect(runs[0]!.at - released).toBeLessThan(1_000);
+    });
+
+    it('waits no longer than maxMs while that group stays busy', async () => {
+      const first = held();
+      const { g, runs } = yielding(first.g, 40);
+      void first.g.call([100]);
+      const t0 = performance.now();
+      const a = g.call([1]);
+      await new Promise((r) => setTimeout(r, 10));
+      expect(runs).toEqual([]);
+      expect(await a).toEqual([1]);
+      // Timers may fire a millisecond early by performance.now(); never much before maxMs.
+      expect(runs[0]!.at - t0).toBeGreaterThanOrEqual(38);
+      // Still busy: the next call again waits (up to maxMs after the last one was taken).
+      const b = g.call([2]);
+      await turn();
+      expect(runs).toHaveLength(1);
+      expect(await b).toEqual([2]);
+      expect(runs[1]!.at - runs[0]!.at).toBeGreaterThanOrEqual(38);
+      first.release();
+    });
   });
 });

@@ -10,6 +10,10 @@
  *   in their promise continuations rides in it too (measured on PostgreSQL at concurrency 10:
  *   without the wait, the worker's slots split into two halves whose commits alternated, each
  *   job waiting for two).
+ * - Priority (`yieldTo`): a kind of write off the critical path may wait, up to `maxMs`, while
+ *   a kind on it is busy, so that it goes in fewer, bigger calls that take less of the server
+ *   from the calls that others wait on (PostgreSQL: outcomes yield to dispatch markers, see
+ *   postgres-store.ts). It starts as soon as that kind is idle: no added latency on an idle store.
  * - Each caller is answered with its own slice of the results, after the merged call resolved,
  *   i.e. after its write is durable.
  * - Isolation: if the merged call fails with an error that proves nothing was written (the
@@ -38,23 +42,54 @@ export interface GroupCommitOptions<I, O> {
   isAmbiguous: (err: unknown) => boolean;
   /** Told of each call that succeeded (as `write`, with the callers it answered), if listened to. */
   commits?: { observers: CommitObservers; write: string };
+  /**
+   * While `group` is busy (a call running, about to run or waiting), a merged call of this one
+   * waits, up to `maxMs` after its oldest caller asked (or after the last call was taken). It
+   * starts at once when `group` turns idle.
+   */
+  yieldTo?: { group: Yieldable; maxMs: number };
 }
 
-export class GroupCommit<I, O> {
+/** What a group can yield to (`yieldTo`): another GroupCommit, of any item types. */
+export interface Yieldable {
+  readonly busy: boolean;
+  /** `fn` is called whenever this group turns idle. */
+  whenIdle(fn: () => void): void;
+}
+
+export class GroupCommit<I, O> implements Yieldable {
   private queue: Waiting<I, O>[] = [];
   private inFlight = 0;
+  /** When the oldest waiting caller asked, or the last call was taken (`yieldTo`'s clock). */
+  private waitingSince = 0;
+  private yieldTimer: NodeJS.Timeout | undefined;
+  /** Told whenever this group turns idle (groups that yield to it). */
+  private readonly idleListeners: (() => void)[] = [];
 
-  constructor(private readonly o: GroupCommitOptions<I, O>) {}
+  constructor(private readonly o: GroupCommitOptions<I, O>) {
+    o.yieldTo?.group.whenIdle(() => this.pump());
+  }
+
+  whenIdle(fn: () => void): void {
+    this.idleListeners.push(fn);
+  }
+
+  /** A call is running, settling (see `pump`) or waiting. */
+  get busy(): boolean {
+    return this.inFlight > 0 || this.settling || this.queue.length > 0;
+  }
 
   call(items: I[]): Promise<O[]> {
     if (items.length === 0) return Promise.resolve([]);
     return new Promise<O[]>((resolve, reject) => {
+      if (this.queue.length === 0 && this.inFlight === 0) this.waitingSince = performance.now();
       this.queue.push({ items, resolve, reject });
       this.pump();
     });
   }
 
   private pump(): void {
+    if (this.yielding()) return;
     while (!this.settling && this.inFlight < this.o.inFlightMax && this.queue.length > 0) {
       const group = this.take();
       this.inFlight++;
@@ -74,6 +109,26 @@ export class GroupCommit<I, O> {
   private readonly settled = (): void => {
     this.settling = false;
     this.pump();
+    if (!this.busy) for (const fn of this.idleListeners) fn();
+  };
+
+  /**
+   * Whether a call that could start now waits for the group it yields to (`yieldTo`); if so, a
+   * timer starts it when its wait is up, unless that group turns idle first.
+   */
+  private yielding(): boolean {
+    const y = this.o.yieldTo;
+    if (!y || this.queue.length === 0 || this.inFlight > 0 || this.settling) return false;
+    if (!y.group.busy) return false;
+    const left = this.waitingSince + y.maxMs - performance.now();
+    if (left <= 0) return false;
+    this.yieldTimer ??= setTimeout(this.yieldDone, left);
+    return true;
+  }
+
+  private readonly yieldDone = (): void => {
+    this.yieldTimer = undefined;
+    this.pump();
   };
 
   /** Takes waiting callers, whole, up to itemsMax items (at least one caller). */
@@ -85,6 +140,11 @@ export class GroupCommit<I, O> {
       if (group.length > 0 && n + next.items.length > this.o.itemsMax) break;
       group.push(this.queue.shift()!);
       n += next.items.length;
+    }
+    this.waitingSince = performance.now();
+    if (this.yieldTimer) {
+      clearTimeout(this.yieldTimer);
+      this.yieldTimer = undefined;
     }
     return group;
   }
