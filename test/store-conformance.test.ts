@@ -624,7 +624,7 @@ describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
   // ------------------------------------------------------------------ claim
 
   describe('attemptClaimMany', () => {
-    it('takes due jobs by priority DESC, run_at, id, up to the limit, filtered by queue and operation', async () => {
+    it('takes due jobs by priority DESC, run_at, then first come, up to the limit, filtered by queue and operation', async () => {
       const now = await store.clockNow();
       await insert(
         newJob('low', { priority: -1 }),
@@ -646,6 +646,26 @@ describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
         expect(c.job).toEqual(d.job);
         expect(c.attempt).toEqual(d.attempts[0]);
       }
+    });
+
+    it('takes ties (same queue, priority and run_at) first come, first served', async () => {
+      const runAt = (await store.clockNow()) - 1_000;
+      const keys = Array.from({ length: 12 }, (_, i) => `tie${i}`);
+      // Two calls, as two enqueues would be: insertion order and id order agree (uuid v7).
+      await insert(...keys.slice(0, 5).map((k) => newJob(k, { runAt })));
+      await insert(...keys.slice(5).map((k) => newJob(k, { runAt })));
+      const taken: string[] = [];
+      for (const limit of [1, 4, 2, 10])
+        taken.push(...(await claim({ limit })).map((c) => c.job.requestKey));
+      expect(taken).toEqual(keys);
+      // Across queues, merged in the same order.
+      await insert(
+        ...Array.from({ length: 6 }, (_, i) =>
+          newJob(`q${i}`, { runAt, queue: i % 2 === 0 ? 'a' : 'b' }),
+        ),
+      );
+      const merged = await claim({ queues: ['b', 'a'], limit: 6 });
+      expect(merged.map((c) => c.job.requestKey)).toEqual(['q0', 'q1', 'q2', 'q3', 'q4', 'q5']);
     });
 
     it('creates a LEASED attempt with a fresh token and expiry now + leaseMs on the store clock', async () => {

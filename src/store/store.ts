@@ -282,7 +282,11 @@ export interface Store {
     holdMs: number;
   }): Promise<ClaimedAttempt[]>;
 
-  /** Claims due QUEUED jobs: a new LEASED attempt each, with a fresh token and expiry on the store's clock. */
+  /**
+   * Claims due QUEUED jobs: a new LEASED attempt each, with a fresh token and expiry on the store's
+   * clock. Order: priority (highest first), then run_at, then first come, first served (the
+   * uuid v7 id on PostgreSQL, insertion on SQLite: the same order for jobs of one process).
+   */
   attemptClaimMany(p: {
     ownerId: string;
     queues: string[];

@@ -161,6 +161,17 @@ CREATE INDEX jobs_review ON jobs (id) WHERE state = 'NEEDS_REVIEW';
       },
     ],
   },
+  {
+    // Ties in claim order (same queue, priority and run_at) are taken in the order the jobs were
+    // inserted, which SQLite's index entries already end with (the rowid): the claim index no
+    // longer carries the 36-character id, and every enqueue writes a smaller entry into it.
+    version: 4,
+    name: 'claim index without the id',
+    sql: `
+DROP INDEX jobs_claim;
+CREATE INDEX jobs_claim ON jobs (queue, priority DESC, run_at) WHERE state = 'QUEUED';
+`,
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

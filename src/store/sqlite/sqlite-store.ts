@@ -167,7 +167,7 @@ const CACHE_KIB = 4_000;
 function claimCandidates(operations: number, columns: string): string {
   return `SELECT ${columns} FROM jobs INDEXED BY jobs_claim
     WHERE state = 'QUEUED' AND queue = ? AND run_at <= ? AND operation IN (${inList(operations)})
-    ORDER BY priority DESC, run_at, id ${LIMIT_PARAM}`;
+    ORDER BY priority DESC, run_at, rowid ${LIMIT_PARAM}`;
 }
 
 /** Is any job due? (Order does not matter, so one index search per queue.) */
@@ -194,8 +194,8 @@ function claimSql(queues: number, operations: number): string {
       ? claimCandidates(operations, `${JOB_COLUMNS}, rowid`)
       : `SELECT * FROM (${Array.from(
           { length: queues },
-          () => `SELECT * FROM (${claimCandidates(operations, `${JOB_COLUMNS}, rowid`)})`,
-        ).join(' UNION ALL ')}) ORDER BY priority DESC, run_at, id ${LIMIT_PARAM}`,
+          () => `SELECT * FROM (${claimCandidates(operations, `${JOB_COLUMNS}, rowid AS _rowid`)})`,
+        ).join(' UNION ALL ')}) ORDER BY priority DESC, run_at, _rowid ${LIMIT_PARAM}`,
   );
 }
 
