@@ -282,6 +282,26 @@ describe('reckon CLI', () => {
     expect(await withApi((q) => q.jobs())).toEqual([]);
   });
 
+  it('chaos refuses settings it cannot honour before it starts a worker', async () => {
+    const chaos = (...rest: string[]) => reckon(['chaos', '--jobs', '5', ...rest]);
+    const cases: [Promise<Run>, RegExp][] = [
+      [chaos('--downstream', 'drop=x'), /drop must be a number of at least 0/],
+      [chaos('--downstream', 'lost=5'), /names from ok, fail, error, reset, drop, delay/],
+      [chaos('--downstream', 'ok=0,fail=0,error=0,reset=0,drop=0'), /every answer at weight 0/],
+      [chaos('--fault-share', '1.5'), /--fault-share.*from 0 to 1/],
+      [chaos('--kill-on-receipt', '-0.1'), /--kill-on-receipt.*from 0 to 1/],
+      [
+        chaos('--operations', OPS, '--ledger', OPS, '--downstream', 'drop=5'),
+        /--downstream sets the built-in downstream/,
+      ],
+    ];
+    for (const [pending, message] of cases) {
+      const r = await pending;
+      expectCleanError(r, 64, 'USAGE');
+      expect(r.stderr).toMatch(message);
+    }
+  });
+
   it('work processes jobs, then stops gracefully on SIGTERM with a summary', async () => {
     await reckonInit();
     const ids = await withApi(async (q) => {

@@ -41,3 +41,32 @@ export function timeOption(value: string): number {
     throw new InvalidArgumentError('expected an ISO 8601 time such as 2030-01-31T12:00:00Z.');
   return ms;
 }
+
+/** A share or probability, a number from 0 to 1. */
+export function shareOption(value: string): number {
+  const n = Number(value);
+  if (value.trim() === '' || !Number.isFinite(n) || n < 0 || n > 1)
+    throw new InvalidArgumentError('expected a number from 0 to 1.');
+  return n;
+}
+
+/** `name=number` pairs, comma-separated, each name one of `names`; numbers at least 0. */
+export function weightsOption<N extends string>(
+  names: readonly N[],
+): (value: string) => Partial<Record<N, number>> {
+  return (value) => {
+    const weights: Partial<Record<N, number>> = {};
+    for (const pair of value.split(',').map((s) => s.trim())) {
+      const [name, raw, extra] = pair.split('=').map((s) => s.trim());
+      const n = Number(raw);
+      if (!names.includes(name as N) || raw === undefined || raw === '' || extra !== undefined)
+        throw new InvalidArgumentError(
+          `expected name=number pairs such as ${names[0]}=1, names from ${names.join(', ')}; got "${pair}".`,
+        );
+      if (!Number.isFinite(n) || n < 0)
+        throw new InvalidArgumentError(`${name} must be a number of at least 0; got "${raw}".`);
+      weights[name as N] = n;
+    }
+    return weights;
+  };
+}

@@ -94,8 +94,16 @@ describe('the sabotage switch', () => {
         '60',
         '--scenario',
         'none',
+        // No kills, no pauses: each dropped answer (one request in five, decided by the seed
+        // from key and attempt) is an UNKNOWN that the sabotaged build retries blindly.
         '--kill-every-ms',
         '0',
+        '--fault-share',
+        '0',
+        '--kill-on-receipt',
+        '0',
+        '--downstream',
+        'drop=20',
         '--seed',
         '5',
       ],

@@ -18,10 +18,14 @@ import type {
   ChaosScenario,
   ChaosWorkload,
 } from '../../testkit/chaos.js';
+import type { RandomPolicyWeights } from '../../testkit/downstream.js';
 import { EXIT, UsageError } from '../exit.js';
 import { printJson } from '../output.js';
-import { intOption } from '../parse.js';
+import { intOption, shareOption, weightsOption } from '../parse.js';
 import { addJsonOption } from '../store-option.js';
+
+const DOWNSTREAM_NAMES = ['ok', 'fail', 'error', 'reset', 'drop', 'delay'] as const;
+type DownstreamFlag = Partial<Record<(typeof DOWNSTREAM_NAMES)[number], number>>;
 
 interface ChaosFlags {
   store?: string;
@@ -31,6 +35,9 @@ interface ChaosFlags {
   seed?: number;
   scenario: ChaosScenario;
   killEveryMs?: number;
+  faultShare?: number;
+  killOnReceipt?: number;
+  downstream?: DownstreamFlag;
   chaosMs?: number;
   deadlineMs?: number;
   operations?: string;
@@ -81,6 +88,25 @@ export function registerChaos(program: Command): void {
       intOption(0, 3_600_000),
     )
     .option(
+      '--fault-share <share>',
+      'share of the (re)started workers armed with one fault point, 0 to 1 (default 0.5)',
+      shareOption,
+    )
+    .option(
+      '--kill-on-receipt <p>',
+      "probability that a request's sender is killed as it reaches the built-in downstream " +
+        '(default 0.02)',
+      shareOption,
+    )
+    .option(
+      '--downstream <weights>',
+      'how the built-in downstream answers, as weights over its requests: ok, fail (a refusal), ' +
+        'error (5xx), reset (connection reset), drop (effect committed, answer lost), and delay ' +
+        '(the latest answer in ms, 0 for none); names left out keep their defaults ' +
+        '(ok=88,fail=2,error=3,reset=3,drop=4,delay=600)',
+      weightsOption(DOWNSTREAM_NAMES),
+    )
+    .option(
       '--chaos-ms <ms>',
       'chaos stops after this long, or at 85% settled (default 20000)',
       intOption(0, 86_400_000),
@@ -98,6 +124,7 @@ export function registerChaos(program: Command): void {
         '  $ reckon chaos --jobs 300 --workers 3 --seed 7\n' +
         '  $ reckon chaos --store postgres://localhost/chaos --scenario none --json\n' +
         '  $ reckon chaos --store postgres://localhost/chaos --jobs 90 --follow-ups 90\n' +
+        '  $ reckon chaos --kill-every-ms 0 --fault-share 0 --downstream drop=20,reset=0\n' +
         '  $ reckon chaos --operations ./ops.js --ledger ./ledger.js --jobs 100',
     );
   addJsonOption(cmd, 'print the report as JSON (progress goes to stderr)');
@@ -112,8 +139,21 @@ export function registerChaos(program: Command): void {
       throw new UsageError(
         `--follow-ups ${flags.followUps} is more than the run's ${flags.jobs ?? 300} jobs: they are a part of them`,
       );
+    if (flags.operations !== undefined && flags.downstream)
+      throw new UsageError(
+        '--downstream sets the built-in downstream; with --operations it is yours',
+      );
+    if (flags.operations !== undefined && flags.killOnReceipt !== undefined)
+      throw new UsageError(
+        '--kill-on-receipt is done by the built-in downstream; with --operations it is yours',
+      );
     const user = flags.ledger ? await loadLedger(flags.ledger) : undefined;
-    const { runChaos } = await import('../../testkit/chaos.js');
+    const { runChaos, DEFAULT_DOWNSTREAM_WEIGHTS } = await import('../../testkit/chaos.js');
+    const kills = {
+      ...(flags.killEveryMs !== undefined ? { everyMs: flags.killEveryMs } : {}),
+      ...(flags.faultShare !== undefined ? { faultShare: flags.faultShare } : {}),
+      ...(flags.killOnReceipt !== undefined ? { onReceipt: flags.killOnReceipt } : {}),
+    };
     const { progressBar, renderChaosReport } = await import('../../testkit/chaos-output.js');
     const out = flags.json ? process.stderr : process.stdout;
     let bar: ReturnType<typeof progressBar> | undefined;
@@ -123,7 +163,10 @@ export function registerChaos(program: Command): void {
       ...(flags.followUps !== undefined ? { followUps: flags.followUps } : {}),
       ...(flags.workers !== undefined ? { workers: flags.workers } : {}),
       ...(flags.seed !== undefined ? { seed: flags.seed } : {}),
-      ...(flags.killEveryMs !== undefined ? { kills: { everyMs: flags.killEveryMs } } : {}),
+      ...(Object.keys(kills).length > 0 ? { kills } : {}),
+      ...(flags.downstream
+        ? { downstream: downstreamWeights(flags.downstream, DEFAULT_DOWNSTREAM_WEIGHTS) }
+        : {}),
       ...(flags.chaosMs !== undefined ? { chaosMs: flags.chaosMs } : {}),
       ...(flags.deadlineMs !== undefined ? { deadlineMs: flags.deadlineMs } : {}),
       ...(user
@@ -154,6 +197,20 @@ export function registerChaos(program: Command): void {
       );
     }
   });
+}
+
+/** `--downstream`: the given weights over the defaults; `delay` is the latest answer in ms. */
+function downstreamWeights(
+  flag: DownstreamFlag,
+  defaults: RandomPolicyWeights,
+): RandomPolicyWeights {
+  const { delay, ...actions } = flag;
+  const weights = { ...defaults, ...actions };
+  if (delay !== undefined)
+    Object.assign(weights, { delayProbability: delay > 0 ? 1 : 0, delayMsMax: delay });
+  if (!(['ok', 'fail', 'error', 'reset', 'drop'] as const).some((a) => (weights[a] ?? 0) > 0))
+    throw new UsageError('--downstream leaves every answer at weight 0');
+  return weights;
 }
 
 /** `--ledger <module>`: effectsOf and workload, from the user's module. */
