@@ -43,6 +43,7 @@ import {
   startDownstream,
   type Downstream,
   type RandomPolicyWeights,
+  weightsProblem,
 } from './downstream.js';
 import { isSettled, jobDetails, judgeDetails, type Verdict, type Violation } from './verdict.js';
 
@@ -249,12 +250,8 @@ function validate(options: ChaosOptions): Resolved {
     throw new TypeError('chaos workload and ledger are for your own operationsModule');
   if (options.downstream) {
     if (custom) throw new TypeError('chaos downstream weights are for the built-in downstream');
-    const w = options.downstream;
-    for (const [name, value] of Object.entries(w))
-      if (!(Number.isFinite(value) && value >= 0))
-        throw new RangeError(`chaos downstream ${name} must be a number of at least 0`);
-    if (!((w.ok ?? 1) + (w.fail ?? 0) + (w.error ?? 0) + (w.reset ?? 0) + (w.drop ?? 0) > 0))
-      throw new RangeError('chaos downstream weights leave every answer at 0');
+    const problem = weightsProblem(options.downstream);
+    if (problem) throw new RangeError(`chaos downstream ${problem}`);
   }
   const worker = { ...CHAOS_WORKER_DEFAULTS, ...(options.worker ?? {}) };
   const k = options.kills ?? {};

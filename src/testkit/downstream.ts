@@ -25,6 +25,8 @@ import {
 import type { AddressInfo, Socket } from 'node:net';
 import { mulberry32 } from '../runtime/faults.js';
 
+export const BEHAVIOUR_ACTIONS = ['ok', 'fail', 'error', 'reset', 'drop'] as const;
+
 /** What the service does with one POST. */
 export interface Behaviour {
   /**
@@ -34,7 +36,7 @@ export interface Behaviour {
    * - `reset`: reset the connection before committing (no effect);
    * - `drop`: commit the effect, then destroy the socket without answering.
    */
-  action: 'ok' | 'fail' | 'error' | 'reset' | 'drop';
+  action: (typeof BEHAVIOUR_ACTIONS)[number];
   /** Wait this long after the request arrived before acting. */
   delayMs?: number;
   status?: number;
@@ -100,12 +102,30 @@ export interface RandomPolicyWeights {
 }
 
 /**
+ * What is wrong with these weights, or undefined: every number finite and at least 0, the delay
+ * probability at most 1, and some answer above 0 (`ok` counts 1 when left out, as in
+ * `randomPolicy`).
+ */
+export function weightsProblem(weights: RandomPolicyWeights): string | undefined {
+  for (const [name, value] of Object.entries(weights))
+    if (!(Number.isFinite(value) && value >= 0)) return `${name} must be a number of at least 0`;
+  if ((weights.delayProbability ?? 0) > 1) return 'delayProbability must be at most 1';
+  const w = { ok: 1, ...weights };
+  if (!BEHAVIOUR_ACTIONS.some((a) => (w[a] ?? 0) > 0))
+    return 'weights leave every answer at weight 0';
+  return undefined;
+}
+
+/**
  * A seeded policy: the behaviour of the nth request of a key depends only on (seed, key, nth),
- * so a run replays from its seed whatever order the requests arrive in.
+ * so a run replays from its seed whatever order the requests arrive in. Weights that
+ * `weightsProblem` refuses throw a RangeError.
  */
 export function randomPolicy(seed: number, weights: RandomPolicyWeights = {}): BehaviourPolicy {
+  const problem = weightsProblem(weights);
+  if (problem) throw new RangeError(`downstream ${problem}`);
   const w = { ok: 1, fail: 0, error: 0, reset: 0, drop: 0, ...weights };
-  const actions = (['ok', 'fail', 'error', 'reset', 'drop'] as const).filter((a) => w[a] > 0);
+  const actions = BEHAVIOUR_ACTIONS.filter((a) => w[a] > 0);
   const total = actions.reduce((s, a) => s + w[a], 0);
   return ({ key, nth }) => {
     const rand = mulberry32(hashOf(`${seed}:${key}:${nth}`));

@@ -148,7 +148,7 @@ export function registerChaos(program: Command): void {
         '--kill-on-receipt is done by the built-in downstream; with --operations it is yours',
       );
     const user = flags.ledger ? await loadLedger(flags.ledger) : undefined;
-    const { runChaos, DEFAULT_DOWNSTREAM_WEIGHTS } = await import('../../testkit/chaos.js');
+    const { runChaos } = await import('../../testkit/chaos.js');
     const kills = {
       ...(flags.killEveryMs !== undefined ? { everyMs: flags.killEveryMs } : {}),
       ...(flags.faultShare !== undefined ? { faultShare: flags.faultShare } : {}),
@@ -164,9 +164,7 @@ export function registerChaos(program: Command): void {
       ...(flags.workers !== undefined ? { workers: flags.workers } : {}),
       ...(flags.seed !== undefined ? { seed: flags.seed } : {}),
       ...(Object.keys(kills).length > 0 ? { kills } : {}),
-      ...(flags.downstream
-        ? { downstream: downstreamWeights(flags.downstream, DEFAULT_DOWNSTREAM_WEIGHTS) }
-        : {}),
+      ...(flags.downstream ? { downstream: await downstreamWeights(flags.downstream) } : {}),
       ...(flags.chaosMs !== undefined ? { chaosMs: flags.chaosMs } : {}),
       ...(flags.deadlineMs !== undefined ? { deadlineMs: flags.deadlineMs } : {}),
       ...(user
@@ -200,16 +198,15 @@ export function registerChaos(program: Command): void {
 }
 
 /** `--downstream`: the given weights over the defaults; `delay` is the latest answer in ms. */
-function downstreamWeights(
-  flag: DownstreamFlag,
-  defaults: RandomPolicyWeights,
-): RandomPolicyWeights {
+async function downstreamWeights(flag: DownstreamFlag): Promise<RandomPolicyWeights> {
+  const { DEFAULT_DOWNSTREAM_WEIGHTS } = await import('../../testkit/chaos.js');
+  const { weightsProblem } = await import('../../testkit/downstream.js');
   const { delay, ...actions } = flag;
-  const weights = { ...defaults, ...actions };
+  const weights = { ...DEFAULT_DOWNSTREAM_WEIGHTS, ...actions };
   if (delay !== undefined)
     Object.assign(weights, { delayProbability: delay > 0 ? 1 : 0, delayMsMax: delay });
-  if (!(['ok', 'fail', 'error', 'reset', 'drop'] as const).some((a) => (weights[a] ?? 0) > 0))
-    throw new UsageError('--downstream leaves every answer at weight 0');
+  const problem = weightsProblem(weights);
+  if (problem) throw new UsageError(`--downstream: ${problem}`);
   return weights;
 }
 
