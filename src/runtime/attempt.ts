@@ -22,7 +22,7 @@ import type { AttemptFinish, ClaimedAttempt, LeaseRef, Store } from '../store/st
 import type { Faults } from './faults.js';
 import type { RuntimeObserver } from './observer.js';
 import { silentLogger } from './observer.js';
-import { DISABLED_SAFEGUARD } from './unsafe.js';
+import { DISABLED_SAFEGUARD } from '../core/unsafe.js';
 
 export type AttemptEnd =
   | {

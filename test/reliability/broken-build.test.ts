@@ -7,7 +7,7 @@
 import { spawn } from 'node:child_process';
 import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { disabledSafeguardFrom } from '../../src/runtime/unsafe.js';
+import { disabledSafeguardFrom } from '../../src/core/unsafe.js';
 import { runChaos, type ChaosOptions, type ChaosReport } from '../../src/testkit/chaos.js';
 
 /**

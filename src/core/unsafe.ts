@@ -12,6 +12,9 @@
  *
  * Read once, when this module loads. Honoured only when NODE_ENV=test; anywhere else the variable
  * is ignored with a warning on stderr, so a stray setting can never weaken a real deployment.
+ *
+ * It lives in core (the one module there that reads the environment) because both the runtime
+ * and the stores have safeguards a test may switch off, and neither may import the other.
  */
 export const SAFEGUARDS = ['dispatch-fence', 'unknown-retry'] as const;
 export type Safeguard = (typeof SAFEGUARDS)[number];
