@@ -48,6 +48,8 @@ export {
   StoreError,
   StoreCorrupt,
   StoreReadOnly,
+  StoreFull,
+  StoreNotDurable,
   SchemaTooNew,
   StoreUnavailable,
   InvalidStoreUrl,

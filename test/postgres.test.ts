@@ -150,6 +150,75 @@ describe.skipIf(pgReason !== null)(
       expect((await q.job(job.id))?.job.runAt).toBe(Math.round(at));
     });
 
+    it('writes that promise durability commit with synchronous_commit on, whatever the database default', async () => {
+      const t = await pgDatabase();
+      const admin = await client(PG_ADMIN_URL);
+      await admin.query(`ALTER DATABASE ${dbName(t.url)} SET synchronous_commit = off`);
+      const plain = await client(t.url);
+      const shown = await plain.query<{ synchronous_commit: string }>('SHOW synchronous_commit');
+      expect(shown.rows[0]!.synchronous_commit).toBe('off');
+      const q = await queueOn(t.url);
+      // Every row the store writes records the setting its session ran with.
+      await plain.query(`
+        CREATE TABLE public.sync_seen (tbl text, what text, setting text);
+        CREATE FUNCTION public.record_sync() RETURNS trigger LANGUAGE plpgsql AS $$
+        DECLARE what text;
+        BEGIN
+          IF TG_TABLE_NAME = 'events' THEN what := NEW.kind;
+          ELSE what := TG_OP || ' ' || NEW.state;
+          END IF;
+          INSERT INTO public.sync_seen VALUES (TG_TABLE_NAME, what, current_setting('synchronous_commit'));
+          RETURN NEW;
+        END $$;
+        CREATE TRIGGER sync_seen AFTER INSERT OR UPDATE ON reckon.jobs FOR EACH ROW EXECUTE FUNCTION public.record_sync();
+        CREATE TRIGGER sync_seen AFTER INSERT OR UPDATE ON reckon.attempts FOR EACH ROW EXECUTE FUNCTION public.record_sync();
+        CREATE TRIGGER sync_seen AFTER INSERT ON reckon.events FOR EACH ROW EXECUTE FUNCTION public.record_sync();`);
+      const ledger = new Map<string, number>();
+      const op = ledgerOp(ledger);
+      const jobs = await q.enqueueMany(
+        op,
+        [1, 2, 3].map((n) => ({ input: { n }, key: `k${n}` })),
+      );
+      await q.enqueue(op, { n: 1 }, { key: 'k1' }); // the transaction path (a dedup)
+      const spare = await q.enqueue(op, { n: 9 }, { key: 'spare', delayMs: 60_000 });
+      await q.cancel(spare.id);
+      // The outbox path, on a session whose default is off.
+      const outbox = await client(t.url);
+      await outbox.query('BEGIN');
+      await q.enqueue(op, { n: 4 }, { key: 'k4', transaction: outbox });
+      await outbox.query('COMMIT');
+      await startWorker(q, { operations: [op], pollIntervalMs: 20 });
+      await until('every job done', async () => {
+        const done = await Promise.all(
+          [...jobs.map((j) => j.id)].map(async (id) => (await q.job(id))?.job.state),
+        );
+        return done.every((s) => s === 'SUCCEEDED') && ledger.get('k4') === 1;
+      });
+      const seen = (
+        await plain.query<{ tbl: string; what: string; setting: string }>(
+          'SELECT tbl, what, setting FROM public.sync_seen',
+        )
+      ).rows;
+      // A claim alone commits without waiting for its flush (its marker, a synced write, follows).
+      const claim = (r: { tbl: string; what: string }) =>
+        (r.tbl === 'events' && r.what === 'leased') ||
+        (r.tbl === 'jobs' && r.what === 'UPDATE LEASED') ||
+        (r.tbl === 'attempts' && r.what === 'INSERT LEASED');
+      const durable = seen.filter((r) => !claim(r));
+      for (const kind of [
+        'enqueued',
+        'enqueue-deduplicated',
+        'cancelled',
+        'dispatched',
+        'attempt-succeeded',
+      ])
+        expect(
+          durable.some((r) => r.tbl === 'events' && r.what === kind),
+          kind,
+        ).toBe(true);
+      expect(durable.filter((r) => r.setting !== 'on')).toEqual([]);
+    });
+
     describe('fenced writes on rows another transaction moves', () => {
       it('a marker and an outcome that waited for a row lock write the rows’ new versions', async () => {
         // The marker and outcome statements lock their rows, then update them where the lock

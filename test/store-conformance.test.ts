@@ -56,6 +56,7 @@ function newJob(key: string, o: Partial<JobInsert> = {}): JobInsert {
     maxAttempts: 3,
     backoff: { initialMs: 10, factor: 2, maxMs: 100 },
     timeoutMs: 1_000,
+    reconcileGraceMs: 5_000,
     ...o,
   };
 }
@@ -282,6 +283,52 @@ describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
       expect(await store.jobGet({ id: innocent.id })).toBeNull();
       expect((await detail(first!.job.id)).events).toHaveLength(1);
       expect(await store.jobList({ limit: 10 })).toHaveLength(1);
+    });
+
+    it('another operation under a known key is a RequestKeyConflict naming both; nothing written', async () => {
+      // Same input, so the same fingerprint: only the operation tells the refund from the charge.
+      const [first] = await insert(newJob('order-1', { operation: 'payments.charge' }));
+      const innocent = newJob('k2');
+      const err = await insert(
+        innocent,
+        newJob('order-1', { operation: 'payments.refund', fingerprint: 'fp-order-1' }),
+      ).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(RequestKeyConflict);
+      expect(err).toMatchObject({
+        requestKey: 'order-1',
+        existingJobId: first!.job.id,
+        existing: { operation: 'payments.charge', fingerprint: 'fp-order-1' },
+        given: { operation: 'payments.refund', fingerprint: 'fp-order-1' },
+      });
+      expect((err as Error).message).toMatch(/payments\.charge.*payments\.refund/);
+      expect(await store.jobGet({ id: innocent.id })).toBeNull();
+      expect((await detail(first!.job.id)).events.map((e) => e.kind)).toEqual(['enqueued']);
+      // Concurrent callers (merged into one commit): the conflicting one fails alone.
+      const [ok, bad] = await Promise.allSettled([
+        insert(newJob('k3')),
+        insert(newJob('order-1', { operation: 'payments.refund', fingerprint: 'fp-order-1' })),
+      ]);
+      expect(ok.status).toBe('fulfilled');
+      expect(bad.status === 'rejected' && bad.reason).toBeInstanceOf(RequestKeyConflict);
+    });
+
+    it('records the lookup grace with the job; rows written without it get the default 5000', async () => {
+      const [a] = await insert(newJob('g1', { reconcileGraceMs: 12_000 }));
+      expect(a!.job.reconcileGraceMs).toBe(12_000);
+      expect((await detail(a!.job.id)).job.reconcileGraceMs).toBe(12_000);
+      const [c] = await claim();
+      expect(c!.job.reconcileGraceMs).toBe(12_000);
+      // A row as code before the column wrote it (no grace given).
+      const now = Date.now();
+      const ts_ = kind === 'sqlite' ? String(now) : `to_timestamp(${now} / 1000.0)`;
+      await rawSql(
+        ts,
+        `INSERT INTO jobs (id, queue, operation, input_json, request_key, request_fingerprint, state,
+           priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms)
+         VALUES ('old-job', 'default', 'op.a', '{}', 'old-key', 'fp', 'QUEUED', 0, ${ts_}, ${ts_}, ${ts_},
+           1, '{"initialMs":10,"factor":2,"maxMs":100}', 1000)`,
+      );
+      expect((await detail('old-job')).job.reconcileGraceMs).toBe(5_000);
     });
 
     it('honours delayMs and an absolute runAt', async () => {
@@ -1001,6 +1048,28 @@ describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
       expect((await detail(c.job.id)).job.state).toBe('LEASED');
     });
 
+    it('counts an inconclusive lookup on the locked row: two decisions made on one read both count', async () => {
+      const c = await unknownJob('a');
+      const inconclusive: JobTransition = {
+        jobId: c.job.id,
+        from: 'UNKNOWN',
+        to: 'UNKNOWN',
+        expectAttemptNo: 1,
+        recheckDelayMs: 0,
+        lookupFailed: true,
+        event: { kind: 'lookup-inconclusive', actor: 'reconciler' },
+      };
+      // Two reconcilers that read lookupFailures = 0 and both failed to look.
+      const both = await Promise.all([
+        store.jobTransition(inconclusive),
+        (await open()).jobTransition(inconclusive),
+      ]);
+      expect(both).toEqual([true, true]);
+      const d = await detail(c.job.id);
+      expect(d.job.lookupFailures).toBe(2);
+      expect(d.events.filter((e) => e.kind === 'lookup-inconclusive')).toHaveLength(2);
+    });
+
     it('defers an UNKNOWN check, and throws on an illegal transition before writing', async () => {
       const c = await unknownJob('a');
       const now = await store.clockNow();
@@ -1011,12 +1080,12 @@ describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
           to: 'UNKNOWN',
           expectAttemptNo: 1,
           recheckDelayMs: 60_000,
-          lookupFailures: 2,
+          lookupFailed: true,
           event: { kind: 'lookup-inconclusive', actor: 'reconciler' },
         }),
       ).toBe(true);
       const d = await detail(c.job.id);
-      expect(d.job.lookupFailures).toBe(2);
+      expect(d.job.lookupFailures).toBe(1);
       expect(d.job.nextCheckAt! - now).toBeGreaterThanOrEqual(60_000);
       // (The SQLite store throws these synchronously; the async wrapper accepts either.)
       await expect(async () =>

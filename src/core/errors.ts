@@ -29,19 +29,43 @@ export class DefiniteFailure extends Error {
   }
 }
 
-/** Invariant 9: the request key exists with another fingerprint. Nothing was written. */
+/** What a request key names: one side effect, of one operation, on one input (invariant 9). */
+export interface KeyedRequest {
+  operation: string;
+  fingerprint: string;
+}
+
+/**
+ * Invariant 9: the request key exists for another operation or with another fingerprint.
+ * Nothing was written.
+ */
 export class RequestKeyConflict extends ReckonError {
   readonly requestKey: string;
   readonly existingJobId: string;
-  constructor(requestKey: string, existingJobId: string, existing: string, given: string) {
+  readonly existing: KeyedRequest;
+  readonly given: KeyedRequest;
+  constructor(p: {
+    requestKey: string;
+    existingJobId: string;
+    existing: KeyedRequest;
+    given: KeyedRequest;
+  }) {
+    const { existing, given } = p;
+    const what =
+      existing.operation !== given.operation
+        ? `operation ${existing.operation} (fingerprint ${existing.fingerprint.slice(0, 12)}…); ` +
+          `this request is operation ${given.operation} (fingerprint ${given.fingerprint.slice(0, 12)}…)`
+        : `operation ${existing.operation} with fingerprint ${existing.fingerprint.slice(0, 12)}…; ` +
+          `this request has fingerprint ${given.fingerprint.slice(0, 12)}…`;
     super(
       'REQUEST_KEY_CONFLICT',
-      `request key ${JSON.stringify(requestKey)} already belongs to job ${existingJobId} with fingerprint ` +
-        `${existing.slice(0, 12)}…; this request has fingerprint ${given.slice(0, 12)}…. ` +
-        `Use a new key for a different request.`,
+      `request key ${JSON.stringify(p.requestKey)} already belongs to job ${p.existingJobId} of ${what}. ` +
+        `A request key names one side effect: use a new key for a different request.`,
     );
-    this.requestKey = requestKey;
-    this.existingJobId = existingJobId;
+    this.requestKey = p.requestKey;
+    this.existingJobId = p.existingJobId;
+    this.existing = existing;
+    this.given = given;
   }
 }
 
@@ -103,6 +127,26 @@ export class StoreCorrupt extends StoreError {
       `the store at ${location} is not a readable reckon database (corrupt, or not a database): ${errorMessage(cause)}`,
       { cause },
     );
+  }
+}
+
+/** The disk (or the database's quota) is full: nothing of the refused write was kept. */
+export class StoreFull extends StoreError {
+  constructor(location: string, cause: unknown) {
+    super(
+      'STORE_FULL',
+      `the store at ${location} is out of disk space: this write was refused and nothing of it ` +
+        `was kept (what was acknowledged before is safe). Free space on its disk, or move the ` +
+        `store; writes succeed again as soon as there is room. (${errorMessage(cause)})`,
+      { cause },
+    );
+  }
+}
+
+/** The store cannot promise durability as configured (e.g. SQLite refused WAL). Nothing was written. */
+export class StoreNotDurable extends StoreError {
+  constructor(message: string, cause?: unknown) {
+    super('STORE_NOT_DURABLE', message, { cause });
   }
 }
 

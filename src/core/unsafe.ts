@@ -9,6 +9,10 @@
  *                                                    (the local half of the same fence) are ignored
  *   RECKON_UNSAFE_DISABLE_SAFEGUARD=unknown-retry    an UNKNOWN outcome is taken for a retryable
  *                                                    failure: the request is sent again blindly
+ *   RECKON_UNSAFE_DISABLE_SAFEGUARD=lookup-before-horizon   the reconciler looks up an UNKNOWN job
+ *                                                    before dispatchedAt + timeout + grace
+ *   RECKON_UNSAFE_DISABLE_SAFEGUARD=dedup-ignores-operation   an enqueue whose request key belongs
+ *                                                    to another operation's job is deduplicated
  *
  * Read once, when this module loads. Honoured only when NODE_ENV=test; anywhere else the variable
  * is ignored with a warning on stderr, so a stray setting can never weaken a real deployment.
@@ -16,7 +20,12 @@
  * It lives in core (the one module there that reads the environment) because both the runtime
  * and the stores have safeguards a test may switch off, and neither may import the other.
  */
-export const SAFEGUARDS = ['dispatch-fence', 'unknown-retry'] as const;
+export const SAFEGUARDS = [
+  'dispatch-fence',
+  'unknown-retry',
+  'lookup-before-horizon',
+  'dedup-ignores-operation',
+] as const;
 export type Safeguard = (typeof SAFEGUARDS)[number];
 
 export function disabledSafeguardFrom(env: NodeJS.ProcessEnv): Safeguard | null {

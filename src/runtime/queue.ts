@@ -298,6 +298,7 @@ export class Queue {
       maxAttempts: op.retry.maxAttempts,
       backoff: op.retry.backoff,
       timeoutMs: op.timeoutMs,
+      reconcileGraceMs: Math.round(op.reconcile.graceMs),
     };
   }
 

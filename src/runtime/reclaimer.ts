@@ -5,7 +5,7 @@
  * Every write is conditional, so two reclaimers, or one that died half-way, are safe.
  */
 import { decideAfterAttempt } from '../core/decide.js';
-import { DEFAULT_RECONCILE, type AnyOperation, type Logger } from '../core/operation.js';
+import type { AnyOperation, Logger } from '../core/operation.js';
 import { seedOf } from '../core/retry.js';
 import type { AttemptExpire, JobRecord, Store } from '../store/store.js';
 import type { Faults } from './faults.js';
@@ -110,11 +110,14 @@ export class Reclaimer {
     return expired.length === RECLAIM_BATCH_MAX;
   }
 
-  /** A lookup waits for dispatched_at + timeout + grace; same-key and review need no wait. */
+  /**
+   * A lookup waits for dispatched_at + timeout + grace, both as recorded with the job (DESIGN
+   * §3): an operation this process does not know may have a lookup. Same-key and review need no wait.
+   */
   private checkDelay(job: JobRecord): number {
     const op = this.host.operation(job.operation);
     if (op && op.recovery !== 'lookup') return 0;
-    return job.timeoutMs + (op?.reconcile.graceMs ?? DEFAULT_RECONCILE.graceMs);
+    return job.timeoutMs + job.reconcileGraceMs;
   }
 }
 

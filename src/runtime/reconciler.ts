@@ -12,7 +12,14 @@ import {
 import { toErrorInfo } from '../core/errors.js';
 import { encodeResult, type Json } from '../core/json.js';
 import type { Logger, LookupResult, AnyOperation } from '../core/operation.js';
-import type { ClaimedAttempt, JobTransition, Store } from '../store/store.js';
+import { DISABLED_SAFEGUARD } from '../core/unsafe.js';
+import type {
+  AttemptRecord,
+  ClaimedAttempt,
+  JobRecord,
+  JobTransition,
+  Store,
+} from '../store/store.js';
 import { policyOf } from './reclaimer.js';
 import type { RuntimeObserver } from './observer.js';
 import type { JobEvent } from './worker.js';
@@ -62,6 +69,7 @@ export class Reconciler {
     let verdict: LookupVerdict | undefined;
     let path: string = op.recovery;
     if (op.recovery === 'lookup') {
+      if (await this.deferredToHorizon(job, attempt)) return;
       verdict = await this.lookup(op, job.requestKey, job.input, {
         jobId: job.id,
         attemptNo: attempt.attemptNo,
@@ -87,7 +95,7 @@ export class Reconciler {
       expectAttemptNo: attempt.attemptNo,
       ...(decision.next.delayMs !== undefined ? { delayMs: decision.next.delayMs } : {}),
       ...(decision.recheckDelayMs !== undefined ? { recheckDelayMs: decision.recheckDelayMs } : {}),
-      ...(verdict?.kind === 'inconclusive' ? { lookupFailures: job.lookupFailures + 1 } : {}),
+      ...(verdict?.kind === 'inconclusive' ? { lookupFailed: true } : {}),
       ...(decision.resolution
         ? {
             resolution: {
@@ -130,7 +138,7 @@ export class Reconciler {
     }
     if (t.to === 'UNKNOWN') {
       this.host.log.warn(
-        { ...fields, lookupFailures: job.lookupFailures + 1 },
+        { ...fields, lookupFailuresBefore: job.lookupFailures },
         'lookup inconclusive; will look again',
       );
       return;
@@ -162,6 +170,35 @@ export class Reconciler {
       ...(verdict?.kind === 'succeeded' ? { result: verdict.result } : {}),
     };
     this.notifier?.notify(t.to === 'NEEDS_REVIEW' ? 'review' : 'reconciled', payload);
+  }
+
+  /**
+   * DESIGN §3: no lookup before dispatched_at + timeout + grace, as recorded with the job,
+   * whatever schedule whoever marked it UNKNOWN set. An early job is deferred to its horizon
+   * (no lookup failure counted). True when it was.
+   */
+  private async deferredToHorizon(job: JobRecord, attempt: AttemptRecord): Promise<boolean> {
+    if (DISABLED_SAFEGUARD === 'lookup-before-horizon') return false;
+    const horizon = lookupHorizon(job, attempt);
+    const now = await this.host.store.clockNow();
+    if (now >= horizon) return false;
+    const applied = await this.host.store.jobTransition({
+      jobId: job.id,
+      from: 'UNKNOWN',
+      to: 'UNKNOWN',
+      expectAttemptNo: attempt.attemptNo,
+      recheckDelayMs: horizon - now,
+      event: {
+        kind: 'lookup-deferred',
+        actor: 'reconciler',
+        detail: { why: 'lookup horizon (dispatchedAt + timeoutMs + reconcileGraceMs)', horizon },
+      },
+    });
+    this.host.log.debug(
+      { jobId: job.id, attemptNo: attempt.attemptNo, operation: job.operation, horizon, applied },
+      'lookup deferred to its horizon',
+    );
+    return true;
   }
 
   private async lookup(
@@ -196,6 +233,11 @@ export class Reconciler {
       clearTimeout(timer);
     }
   }
+}
+
+/** The earliest time a lookup may run for this UNKNOWN attempt (DESIGN §3), on the store's clock. */
+export function lookupHorizon(job: JobRecord, attempt: AttemptRecord): number {
+  return (attempt.dispatchedAt ?? 0) + job.timeoutMs + job.reconcileGraceMs;
 }
 
 function readLookup(raw: unknown): LookupVerdict {

@@ -30,6 +30,7 @@ export interface JobRow {
   max_attempts: number;
   backoff_json: string;
   timeout_ms: number;
+  reconcile_grace_ms: number;
   next_check_at: MaybeTime;
   lookup_failures: number;
   result_json: string | null;
@@ -105,6 +106,7 @@ export function jobFromRow(r: JobRow): JobRecord {
     maxAttempts: Number(r.max_attempts),
     backoff: backoffOf(r.backoff_json),
     timeoutMs: Number(r.timeout_ms),
+    reconcileGraceMs: Number(r.reconcile_grace_ms),
     nextCheckAt: toMsOrNull(r.next_check_at),
     lookupFailures: Number(r.lookup_failures),
     result: parseJson<Json>(r.result_json),
@@ -208,6 +210,7 @@ export function newQueuedJob(j: JobInsert, now: number, backoffJson?: string): J
     maxAttempts: j.maxAttempts,
     backoff: backoffOf(backoffJson ?? JSON.stringify(j.backoff)),
     timeoutMs: j.timeoutMs,
+    reconcileGraceMs: j.reconcileGraceMs,
     nextCheckAt: null,
     lookupFailures: 0,
     result: null,

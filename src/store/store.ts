@@ -36,6 +36,11 @@ export interface JobRecord {
   maxAttempts: number;
   backoff: BackoffPolicy;
   timeoutMs: number;
+  /**
+   * The operation's `reconcile.graceMs` at enqueue: no lookup runs before
+   * `dispatchedAt + timeoutMs + reconcileGraceMs` (DESIGN §3), whoever runs it.
+   */
+  reconcileGraceMs: number;
   /** UNKNOWN jobs: when reconciliation may next look. */
   nextCheckAt: number | null;
   lookupFailures: number;
@@ -102,6 +107,8 @@ export interface JobInsert {
   maxAttempts: number;
   backoff: BackoffPolicy;
   timeoutMs: number;
+  /** The operation's `reconcile.graceMs`: recorded with the job (see JobRecord). */
+  reconcileGraceMs: number;
   /**
    * A hand-off: lease the new job to this idle worker of the caller's process in the same
    * commit, if it is due now and no due QUEUED job of its queue ranks at least as high. Stores
@@ -176,7 +183,8 @@ export interface JobTransition {
   delayMs?: number;
   /** UNKNOWN: next_check_at = now + this. */
   recheckDelayMs?: number;
-  lookupFailures?: number;
+  /** An inconclusive lookup: lookup_failures + 1, counted by the store on the locked row. */
+  lookupFailed?: boolean;
   /** Adds a resolution to the job's UNKNOWN attempt `expectAttemptNo` (must have none yet). */
   resolution?: { kind: Resolution; source: string; evidence: unknown };
   resultJson?: string | null;

@@ -70,6 +70,51 @@ describe('the harness catches a broken build', () => {
   });
 });
 
+/** The scenarios of test/helpers/two-fleets.ts in a child process, with `safeguard` off. */
+async function twoFleets(safeguard?: string): Promise<{
+  duplicates: string[];
+  early: unknown[];
+  keyReuse: 'conflict' | 'swallowed';
+}> {
+  const root = resolve(import.meta.dirname, '..', '..');
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', join(root, 'test', 'fixtures', 'two-fleets.ts')],
+    {
+      cwd: root,
+      env: {
+        ...process.env,
+        NODE_ENV: 'test',
+        RECKON_UNSAFE_DISABLE_SAFEGUARD: safeguard ?? '',
+      },
+    },
+  );
+  let stdout = '';
+  let stderr = '';
+  child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+  child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+  const code = await new Promise<number | null>((res) => child.once('close', res));
+  expect(code, stderr).toBe(0);
+  return JSON.parse(stdout) as Awaited<ReturnType<typeof twoFleets>>;
+}
+
+describe('the horizon and key-reuse checks catch a broken build', () => {
+  it('the real build: no early lookup, no duplicate charge, the reused key refused', async () => {
+    expect(await twoFleets()).toEqual({ duplicates: [], early: [], keyReuse: 'conflict' });
+  }, 30_000);
+
+  it('with lookups before the horizon, the lagging downstream is charged twice', async () => {
+    const r = await twoFleets('lookup-before-horizon');
+    expect(r.early.length).toBeGreaterThan(0);
+    expect(r.duplicates).toEqual(['early-1', 'early-2']);
+  }, 30_000);
+
+  it('with dedup ignoring the operation, a refund under a charge’s key is swallowed', async () => {
+    const r = await twoFleets('dedup-ignores-operation');
+    expect(r.keyReuse).toBe('swallowed');
+  }, 30_000);
+});
+
 describe('the sabotage switch', () => {
   it('is honoured only with NODE_ENV=test, and knows its safeguards', () => {
     const unsafe = { RECKON_UNSAFE_DISABLE_SAFEGUARD: 'dispatch-fence' };

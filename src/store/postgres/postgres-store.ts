@@ -24,8 +24,8 @@ import pg from 'pg';
 import {
   InvalidInput,
   InvariantViolation,
-  RequestKeyConflict,
   SchemaTooNew,
+  StoreFull,
   StoreUnavailable,
   assert,
   errorMessage,
@@ -74,6 +74,7 @@ import type {
   StoreStats,
 } from '../store.js';
 import { CommitObservers } from '../commit-observers.js';
+import { planDedup } from '../plan/dedup.js';
 import { GroupCommit, type GroupCommitOptions } from '../group-commit.js';
 import { WorkListener } from './listener.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS, MIGRATIONS_TABLE_SQL } from './schema.js';
@@ -267,8 +268,10 @@ export class PostgresStore implements Store {
     // journal grew. With sequential scans priced out, every plan, generic or not, goes by index,
     // at any table size, and still needs no planning per execution. (statsGet, which counts
     // every job, allows them again for itself.)
+    // synchronous_commit is pinned on: "durable when it returns" must not depend on a role's or
+    // server's default (a claim turns it off for its own transaction only, see sql.ts).
     pool.on('connect', (client) => {
-      client.query('SET enable_seqscan = off').catch(() => undefined);
+      client.query('SET enable_seqscan = off; SET synchronous_commit = on').catch(() => undefined);
       const pid = (client as { processID?: number | null }).processID;
       if (typeof pid === 'number') {
         this.ownBackends.add(pid);
@@ -480,6 +483,8 @@ export class PostgresStore implements Store {
   /** Connection-level failures become `StoreUnavailable`; everything else is passed on as is. */
   private classify(err: unknown): Error {
     if (!(err instanceof Error)) return new Error(String(err));
+    // disk_full: the server refused the write whole.
+    if ((err as { code?: unknown }).code === '53100') return new StoreFull(this.location, err);
     if (err instanceof StoreUnavailable || !isConnectionError(err)) return err;
     return new StoreUnavailable(
       `PostgreSQL at ${this.location} is unreachable: ${errorMessage(err)}`,
@@ -749,6 +754,8 @@ export class PostgresStore implements Store {
       );
     try {
       await c.query('SAVEPOINT reckon_enqueue');
+      // Durable when the caller commits, whatever their session's default.
+      await c.query('SET LOCAL synchronous_commit = on');
     } catch (err) {
       throw new InvalidInput(
         `enqueue({ transaction }) could not use the given client: ${errorMessage(err)}`,
@@ -809,15 +816,11 @@ export class PostgresStore implements Store {
         const j = jobs[i]!;
         const row = found.get(j.requestKey);
         assert(row, `request key ${j.requestKey} was neither inserted nor found`);
-        if (row.request_fingerprint !== j.fingerprint) {
-          // Throwing rolls the whole batch back: nothing is written (invariant 9).
-          throw new RequestKeyConflict(
-            j.requestKey,
-            row.id,
-            row.request_fingerprint,
-            j.fingerprint,
-          );
-        }
+        // A conflict throws, rolling the whole batch back: nothing is written (invariant 9).
+        planDedup(
+          { id: row.id, operation: row.operation, fingerprint: row.request_fingerprint },
+          j,
+        );
         const job = jobFromRow(row);
         results[i] = { job, created: false };
         dedup.push(
@@ -900,8 +903,8 @@ export class PostgresStore implements Store {
             : {}),
           ...(t.to === 'QUEUED'
             ? { lookupFailures: 0 }
-            : t.lookupFailures !== undefined
-              ? { lookupFailures: t.lookupFailures }
+            : t.lookupFailed
+              ? { lookupFailures: job.lookupFailures + 1 }
               : {}),
           resultJson: t.resultJson ?? null,
           errorJson: jsonOrNull(t.error),
@@ -1415,6 +1418,8 @@ function sharedColumn(
       return j.maxAttempts;
     case 'timeout_ms':
       return j.timeoutMs;
+    case 'reconcile_grace_ms':
+      return j.reconcileGraceMs;
   }
 }
 

@@ -146,6 +146,14 @@ ALTER TABLE events
 DROP INDEX events_job;
 `,
   },
+  {
+    // The lookup horizon is the operation's policy recorded with the job (DESIGN §3), so a
+    // process that does not know the operation never shortens it. Older jobs get the default
+    // grace of the code that enqueued them (5,000 ms).
+    version: 4,
+    name: 'lookup grace recorded with the job',
+    sql: `ALTER TABLE jobs ADD COLUMN reconcile_grace_ms bigint NOT NULL DEFAULT 5000;`,
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

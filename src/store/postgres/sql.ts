@@ -71,7 +71,7 @@ function jobColumns(alias: string): string {
     `${a}.run_id, ${a}.step_id, ${a}.state, ${a}.priority`,
     `${toMs(`${a}.run_at`)} AS run_at, ${toMs(`${a}.created_at`)} AS created_at`,
     `${toMs(`${a}.updated_at`)} AS updated_at, ${toMs(`${a}.finished_at`)} AS finished_at`,
-    `${a}.attempt_count, ${a}.max_attempts, ${a}.backoff_json, ${a}.timeout_ms`,
+    `${a}.attempt_count, ${a}.max_attempts, ${a}.backoff_json, ${a}.timeout_ms, ${a}.reconcile_grace_ms`,
     `${toMs(`${a}.next_check_at`)} AS next_check_at, ${a}.lookup_failures, ${a}.result_json, ${a}.error_json`,
   ].join(',\n  ');
 }
@@ -155,6 +155,7 @@ export const NEW_JOB_SHARED = [
   ['max_attempts', 'int'],
   ['backoff_json', 'text'],
   ['timeout_ms', 'bigint'],
+  ['reconcile_grace_ms', 'bigint'],
 ] as const;
 
 /** How many parameters the new jobs take in `jobInsert` and `jobInsertAllNew`. */
@@ -192,10 +193,10 @@ input AS (
   const insertJobsAs = (state: string, attemptCount: string, from: string) => `
   INSERT INTO ${jobs} (id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id,
     state, priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms,
-    attempt_count)
+    reconcile_grace_ms, attempt_count)
   SELECT n.id, n.queue, n.operation, n.input_json, n.request_key, n.request_fingerprint, n.run_id, n.step_id,
     ${state}, n.priority, coalesce(${fromMs('n.run_at')}, now.t + ${millis('n.delay_ms')}), now.t, now.t,
-    n.max_attempts, n.backoff_json, n.timeout_ms, ${attemptCount}
+    n.max_attempts, n.backoff_json, n.timeout_ms, n.reconcile_grace_ms, ${attemptCount}
   FROM ${from}`;
   const insertJobs = insertJobsAs(`'QUEUED'`, '0', 'input n, now');
   const actor = `$${NEW_JOB_PARAM_COUNT + 1}`;

@@ -14,6 +14,11 @@ export interface Migration {
    * rewritten, or a table edited by hand) leaves that table as it is; found twice, it throws.
    */
   rewrites?: readonly { table: string; from: string; to: string }[];
+  /**
+   * Columns to add (`ALTER TABLE … ADD COLUMN`), each skipped when its table has it already (a
+   * migrations table rolled back by hand): SQLite has no ADD COLUMN IF NOT EXISTS.
+   */
+  addColumns?: readonly { table: string; column: string; definition: string }[];
 }
 
 /**
@@ -171,6 +176,17 @@ CREATE INDEX jobs_review ON jobs (id) WHERE state = 'NEEDS_REVIEW';
 DROP INDEX jobs_claim;
 CREATE INDEX jobs_claim ON jobs (queue, priority DESC, run_at) WHERE state = 'QUEUED';
 `,
+  },
+  {
+    // The lookup horizon is the operation's policy recorded with the job (DESIGN §3), so a
+    // process that does not know the operation never shortens it. Older jobs get the default
+    // grace of the code that enqueued them (5,000 ms).
+    version: 5,
+    name: 'lookup grace recorded with the job',
+    sql: '',
+    addColumns: [
+      { table: 'jobs', column: 'reconcile_grace_ms', definition: 'INTEGER NOT NULL DEFAULT 5000' },
+    ],
   },
 ];
 

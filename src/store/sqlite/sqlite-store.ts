@@ -9,9 +9,10 @@
 import Database from 'better-sqlite3';
 import {
   InvalidInput,
-  RequestKeyConflict,
   SchemaTooNew,
   StoreCorrupt,
+  StoreFull,
+  StoreNotDurable,
   StoreReadOnly,
   StoreUnavailable,
   assert,
@@ -62,6 +63,7 @@ import type {
   StoreStats,
 } from '../store.js';
 import { CommitObservers } from '../commit-observers.js';
+import { planDedup } from '../plan/dedup.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS, type Migration } from './schema.js';
 import { WakeChannel, wakeDirectory } from './wake.js';
 
@@ -84,6 +86,8 @@ export const DEFAULT_BUSY_TIMEOUT_MS = 10_000;
  * they cannot (a process that started less than a second ago, a platform without them).
  */
 export const WORK_CHECK_INTERVAL_MS = 1;
+
+type BatchResult = { ok: true; value: unknown } | { ok: false; err: unknown };
 
 interface TxStatements {
   begin: Database.Statement;
@@ -213,7 +217,7 @@ function claimArgs(now: number, queues: string[], operations: string[], limit: n
 /** Every column of a job, in the order of `JobTuple` (for raw statements). */
 const JOB_COLUMNS = `id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id, state,
   priority, run_at, created_at, updated_at, finished_at, attempt_count, max_attempts, backoff_json, timeout_ms,
-  next_check_at, lookup_failures, result_json, error_json`;
+  next_check_at, lookup_failures, result_json, error_json, reconcile_grace_ms`;
 
 type JobTuple = [
   id: string,
@@ -238,6 +242,7 @@ type JobTuple = [
   lookupFailures: number,
   resultJson: string | null,
   errorJson: string | null,
+  reconcileGraceMs: number,
 ];
 
 /** A claim's row: the job's columns, then its rowid. */
@@ -268,6 +273,7 @@ function jobFromTuple(r: JobTuple | ClaimTuple): JobRecord {
     lookupFailures: r[19],
     result: r[20] === null ? null : (JSON.parse(r[20]) as Json),
     error: r[21] === null ? null : (JSON.parse(r[21]) as ErrorInfo),
+    reconcileGraceMs: r[22],
   };
 }
 
@@ -347,6 +353,13 @@ export function rewriteTables(
   }
 }
 
+/** `ALTER TABLE … ADD COLUMN`, unless the table has that column already (see `Migration.addColumns`). */
+function addColumn(db: Database.Database, c: NonNullable<Migration['addColumns']>[number]): void {
+  const columns = db.pragma(`table_info(${c.table})`) as { name: string }[];
+  if (columns.some((col) => col.name === c.column)) return;
+  db.exec(`ALTER TABLE ${c.table} ADD COLUMN ${c.column} ${c.definition}`);
+}
+
 export class SqliteStore implements Store {
   readonly kind = 'sqlite' as const;
   readonly location: string;
@@ -369,6 +382,8 @@ export class SqliteStore implements Store {
     reject: (err: unknown) => void;
     /** May commit without its own fsync (see `write`). */
     unsynced: boolean;
+    /** Runs in its own savepoint: an earlier run of its batch threw (see `runBatch`). */
+    isolate: boolean;
   }[] = [];
   private flushScheduled = false;
   /** When the batch at the head of the queue first found the write lock taken. */
@@ -403,7 +418,14 @@ export class SqliteStore implements Store {
     try {
       // Reading the schema fails at once on a file that is not a database.
       db.pragma('schema_version');
-      db.pragma('journal_mode = WAL');
+      const mode = db.pragma('journal_mode = WAL', { simple: true }) as string;
+      if (mode !== 'wal' && this.options.path !== ':memory:')
+        throw new StoreNotDurable(
+          `the store at ${this.location} cannot use write-ahead logging: SQLite kept ` +
+            `journal_mode=${mode}. reckon needs WAL for durable commits that readers do not block. ` +
+            `Use a named file on a local disk, in a directory reckon can write (for the -wal ` +
+            `and -shm files beside it), not a temporary database or a network file system.`,
+        );
       db.pragma('synchronous = FULL');
       db.pragma('foreign_keys = ON');
       db.pragma(`cache_size = -${CACHE_KIB}`);
@@ -421,11 +443,17 @@ export class SqliteStore implements Store {
   }
 
   private classifyOpenError(err: unknown): Error {
-    if (err instanceof SchemaTooNew || err instanceof StoreCorrupt || err instanceof StoreReadOnly)
+    if (
+      err instanceof SchemaTooNew ||
+      err instanceof StoreCorrupt ||
+      err instanceof StoreReadOnly ||
+      err instanceof StoreNotDurable
+    )
       return err;
     const code = (err as { code?: string }).code ?? '';
     if (code === 'SQLITE_NOTADB' || code.startsWith('SQLITE_CORRUPT'))
       return new StoreCorrupt(this.location, err);
+    if (code === 'SQLITE_FULL') return new StoreFull(this.location, err);
     if (
       code.startsWith('SQLITE_READONLY') ||
       code === 'SQLITE_PERM' ||
@@ -462,6 +490,7 @@ export class SqliteStore implements Store {
         if (m.version <= current) continue;
         if (m.sql) db.exec(m.sql);
         if (m.rewrites) rewriteTables(db, m.rewrites);
+        for (const c of m.addColumns ?? []) addColumn(db, c);
         db.prepare(
           'INSERT INTO reckon_migrations (version, name, applied_at) VALUES (?, ?, ?)',
         ).run(m.version, m.name, this.now());
@@ -563,6 +592,7 @@ export class SqliteStore implements Store {
         resolve: resolve as (v: unknown) => void,
         reject,
         unsynced: o.unsynced === true,
+        isolate: false,
       });
       if (!this.flushScheduled) {
         this.flushScheduled = true;
@@ -604,7 +634,7 @@ export class SqliteStore implements Store {
     const batch = this.writeQueue;
     this.writeQueue = [];
     if (batch.length === 0) return;
-    let results: ({ ok: true; value: unknown } | { ok: false; err: unknown })[];
+    let results: BatchResult[];
     const unsynced = batch.every((w) => w.unsynced);
     const since = this.commits.start();
     try {
@@ -625,7 +655,22 @@ export class SqliteStore implements Store {
         throw busy;
       }
       this.busySince = undefined;
-      results = this.runBatch(batch, { begun: !o.wait });
+      let ran = this.runBatch(batch, { begun: !o.wait });
+      if (ran === 'isolate') {
+        // Rolled back unseen: runs again, each caller in its own savepoint, taking the lock like
+        // any batch (never a blocking BEGIN: another process may hold it by then).
+        this.newWork = false;
+        for (const w of batch) w.isolate = true;
+        if (!o.wait) {
+          this.writeQueue = batch.concat(this.writeQueue);
+          this.flushScheduled = true;
+          setImmediate(this.flushBound);
+          return;
+        }
+        ran = this.runBatch(batch, { begun: false });
+        assert(ran !== 'isolate', 'an isolated batch runs once');
+      }
+      results = ran;
     } catch (err) {
       this.newWork = false;
       // BEGIN, COMMIT or an error that ended the transaction: nothing of this batch is durable.
@@ -680,13 +725,19 @@ export class SqliteStore implements Store {
     this.conn().exec(`PRAGMA ${pragma}`);
   }
 
+  /**
+   * The batch in the transaction just begun: all callers together, or (`isolate`, set on a batch
+   * whose first run threw) each in its own savepoint. 'isolate': the first run threw and was
+   * rolled back; the batch is to run again isolated.
+   */
   private runBatch(
-    batch: { fn: () => unknown }[],
+    batch: { fn: () => unknown; isolate: boolean }[],
     o: { begun: boolean },
-  ): ({ ok: true; value: unknown } | { ok: false; err: unknown })[] {
-    const db = this.conn();
+  ): BatchResult[] | 'isolate' {
     const tx = this.txStatements();
     if (!o.begun) tx.begin.run();
+    if (batch.length > 1 && batch.some((w) => w.isolate)) return this.runIsolated(batch);
+    const db = this.conn();
     const values: unknown[] = new Array<unknown>(batch.length);
     let failed: unknown = undefined;
     let threw = false;
@@ -711,9 +762,14 @@ export class SqliteStore implements Store {
     if (!db.inTransaction) throw failed;
     tx.rollback.run();
     if (batch.length === 1) return [{ ok: false, err: failed }];
-    // Again, each caller in its own savepoint.
-    const results: ({ ok: true; value: unknown } | { ok: false; err: unknown })[] = [];
-    tx.begin.run();
+    return 'isolate';
+  }
+
+  /** Each caller in its own savepoint, inside the transaction begun: a throw rolls back its caller only. */
+  private runIsolated(batch: { fn: () => unknown }[]): BatchResult[] {
+    const db = this.conn();
+    const tx = this.txStatements();
+    const results: BatchResult[] = [];
     try {
       for (const w of batch) {
         tx.savepoint.run();
@@ -756,6 +812,7 @@ export class SqliteStore implements Store {
     if (code.startsWith('SQLITE_READONLY')) return new StoreReadOnly(this.location, err);
     if (code === 'SQLITE_NOTADB' || code.startsWith('SQLITE_CORRUPT'))
       return new StoreCorrupt(this.location, err);
+    if (code === 'SQLITE_FULL') return new StoreFull(this.location, err);
     if (code.startsWith('SQLITE_BUSY'))
       return new StoreUnavailable(
         `${this.location} stayed locked by another writer for over ${this.busyTimeoutMs} ms`,
@@ -919,8 +976,8 @@ export class SqliteStore implements Store {
       const now = this.now();
       const insert = this.stmt(
         `INSERT INTO jobs (id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id, state,
-           priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'QUEUED', ?, ?, ?, ?, ?, ?, ?)
+           priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms, reconcile_grace_ms)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'QUEUED', ?, ?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT (request_key) DO NOTHING`,
       );
       const results: JobInsertResult[] = [];
@@ -951,20 +1008,21 @@ export class SqliteStore implements Store {
             j.maxAttempts,
             backoffJson,
             j.timeoutMs,
+            j.reconcileGraceMs,
           ).changes === 1;
         if (!inserted) {
           const existing = this.stmt('SELECT * FROM jobs WHERE request_key = ?').get(
             j.requestKey,
           ) as JobRow;
-          if (existing.request_fingerprint !== j.fingerprint) {
-            // Throwing rolls the whole batch back: nothing is written (invariant 9).
-            throw new RequestKeyConflict(
-              j.requestKey,
-              existing.id,
-              existing.request_fingerprint,
-              j.fingerprint,
-            );
-          }
+          // A conflict throws, rolling the whole batch back: nothing is written (invariant 9).
+          planDedup(
+            {
+              id: existing.id,
+              operation: existing.operation,
+              fingerprint: existing.request_fingerprint,
+            },
+            j,
+          );
           const job = jobFromRow(existing);
           this.event(
             job.id,
@@ -1059,8 +1117,8 @@ export class SqliteStore implements Store {
           : {}),
         ...(t.to === 'QUEUED'
           ? { lookupFailures: 0 }
-          : t.lookupFailures !== undefined
-            ? { lookupFailures: t.lookupFailures }
+          : t.lookupFailed
+            ? { lookupFailures: job.lookupFailures + 1 }
             : {}),
         resultJson: t.resultJson ?? null,
         errorJson: jsonOrNull(t.error),
@@ -1236,7 +1294,7 @@ export class SqliteStore implements Store {
         const out: ClaimedAttempt[] = new Array<ClaimedAttempt>(rows.length);
         for (let i = 0; i < rows.length; i++) {
           const r = rows[i]!;
-          assert(lease.run(now, r[22]).changes === 1, `job ${r[0]} changed between read and lease`);
+          assert(lease.run(now, r[23]).changes === 1, `job ${r[0]} changed between read and lease`);
           // The row as leased.
           r[8] = 'LEASED';
           r[12] = now;
