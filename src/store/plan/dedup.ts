@@ -5,6 +5,7 @@
  */
 import { RequestKeyConflict } from '../../core/errors.js';
 import { DISABLED_SAFEGUARD } from '../../core/unsafe.js';
+import type { EventWrite } from './types.js';
 
 export interface KeyHolder {
   id: string;
@@ -29,4 +30,16 @@ export function planDedup(existing: KeyHolder, given: KeyRequest): void {
     existing: { operation: existing.operation, fingerprint: existing.fingerprint },
     given: { operation: given.operation, fingerprint: given.fingerprint },
   });
+}
+
+/** The event a deduplicated enqueue records on the existing job. */
+export function dedupEvent(requestKey: string, actor: string): EventWrite {
+  return {
+    attemptNo: null,
+    kind: 'enqueue-deduplicated',
+    fromState: null,
+    toState: null,
+    actor,
+    detailJson: JSON.stringify({ requestKey }),
+  };
 }

@@ -29,16 +29,9 @@ import {
   StoreUnavailable,
   assert,
   errorMessage,
-  type ErrorInfo,
 } from '../../core/errors.js';
 import { JOB_STATES, type JobState } from '../../core/states.js';
-import {
-  assertFinishLegal,
-  assertTransitionLegal,
-  leaseHolds,
-  newLeaseToken,
-  transitionApplies,
-} from '../rules.js';
+import { assertFinishLegal, assertTransitionLegal, newLeaseToken } from '../rules.js';
 import {
   attemptFromRow,
   eventFromRow,
@@ -74,7 +67,18 @@ import type {
   StoreStats,
 } from '../store.js';
 import { CommitObservers } from '../commit-observers.js';
-import { planDedup } from '../plan/dedup.js';
+import {
+  dedupEvent,
+  finishParams,
+  isTerminal,
+  planCancel,
+  planDedup,
+  planExpire,
+  planTransition,
+  type EventWrite as PlannedEvent,
+  type FinishParams,
+  type WriteSet,
+} from '../plan/index.js';
 import { GroupCommit, type GroupCommitOptions } from '../group-commit.js';
 import { WorkListener } from './listener.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS, MIGRATIONS_TABLE_SQL } from './schema.js';
@@ -166,19 +170,6 @@ interface LockedLease {
   attempt: AttemptRecord;
 }
 
-/** A job move, as `jobUpdate` writes it (null run_at, lookup_failures, result, error: unchanged). */
-interface JobWrite {
-  id: string;
-  state: JobState;
-  updated_at: number;
-  run_at: number | null;
-  next_check_at: number | null;
-  lookup_failures: number | null;
-  result_json: string | null;
-  error_json: string | null;
-  finished_at: number | null;
-}
-
 interface EventWrite {
   job_id: string;
   attempt_no: number | null;
@@ -190,12 +181,59 @@ interface EventWrite {
   detail_json: string | null;
 }
 
-/** The writes of one transaction, gathered so that each kind is one batched statement. */
-class WriteSet {
-  readonly jobs: JobWrite[] = [];
+/**
+ * The writes of one transaction in the shapes of `attemptEnd`, `jobUpdate` and `eventInsert`,
+ * gathered from plans so that each kind is one batched statement.
+ */
+class TxWrites {
+  readonly jobs: Record<string, unknown>[] = [];
   readonly attemptEnds: Record<string, unknown>[] = [];
   readonly events: EventWrite[] = [];
   readonly requeued = new Set<string>();
+
+  /** What a plan decided for `job` (its resolution, if any, is written by the caller). */
+  add(job: JobRecord, w: WriteSet): void {
+    const e = w.attemptEnd;
+    if (e)
+      this.attemptEnds.push({
+        job_id: job.id,
+        attempt_no: e.attemptNo,
+        lease_token: e.leaseToken,
+        state: e.state,
+        finished_at: e.finishedAt,
+        result_json: e.resultJson,
+        error_json: e.errorJson,
+        reason: e.reason,
+      });
+    const j = w.job;
+    this.jobs.push({
+      id: job.id,
+      state: j.state,
+      updated_at: j.updatedAt,
+      run_at: j.runAt,
+      next_check_at: j.nextCheckAt,
+      lookup_failures: j.lookupFailures,
+      result_json: j.resultJson,
+      error_json: j.errorJson,
+      finished_at: j.finishedAt,
+    });
+    for (const ev of w.events) this.events.push(eventRow(job, ev));
+    if (w.requeue) this.requeued.add(job.queue);
+  }
+}
+
+/** A planned event as `eventInsert` takes it. */
+function eventRow(job: Pick<JobRecord, 'id' | 'fingerprint'>, e: PlannedEvent): EventWrite {
+  return {
+    job_id: job.id,
+    attempt_no: e.attemptNo,
+    request_fingerprint: job.fingerprint,
+    kind: e.kind,
+    from_state: e.fromState,
+    to_state: e.toState,
+    actor: e.actor,
+    detail_json: e.detailJson,
+  };
 }
 
 export class PostgresStore implements Store {
@@ -520,7 +558,7 @@ export class PostgresStore implements Store {
   }
 
   /** Writes what a transaction gathered: attempt ends, then jobs, then events, then wake-ups. */
-  private async flush(c: Queryable, w: WriteSet, now: number): Promise<JobRecord[]> {
+  private async flush(c: Queryable, w: TxWrites, now: number): Promise<JobRecord[]> {
     if (w.attemptEnds.length > 0) {
       const r = await c.query(this.sql.attemptEnd, [JSON.stringify(w.attemptEnds)]);
       assert(
@@ -541,96 +579,6 @@ export class PostgresStore implements Store {
       if (wakes) for (const q of w.requeued) wakes.add(q);
     }
     return moved;
-  }
-
-  /** A job's state after a move, mirroring the SQLite store's setJobState column by column. */
-  private jobMove(
-    job: JobRecord,
-    to: JobState,
-    now: number,
-    extra: {
-      runAt?: number;
-      nextCheckAt?: number | null;
-      lookupFailures?: number;
-      resultJson?: string | null;
-      errorJson?: string | null;
-    },
-  ): JobWrite {
-    const terminal = to === 'SUCCEEDED' || to === 'FAILED' || to === 'CANCELLED';
-    return {
-      id: job.id,
-      state: to,
-      updated_at: now,
-      run_at: extra.runAt ?? null,
-      next_check_at: to === 'UNKNOWN' ? (extra.nextCheckAt ?? job.nextCheckAt ?? now) : null,
-      lookup_failures: extra.lookupFailures ?? null,
-      result_json: extra.resultJson ?? null,
-      error_json: extra.errorJson ?? null,
-      finished_at: terminal ? now : null,
-    };
-  }
-
-  private event(
-    job: JobRecord,
-    e: Omit<EventInsert, 'jobId'> & { detail?: Record<string, unknown> },
-  ): EventWrite {
-    return {
-      job_id: job.id,
-      attempt_no: e.attemptNo,
-      request_fingerprint: job.fingerprint,
-      kind: e.kind,
-      from_state: e.fromState ?? null,
-      to_state: e.toState ?? null,
-      actor: e.actor,
-      detail_json: jsonOrNull(e.detail),
-    };
-  }
-
-  /** Ends a locked attempt and moves its job, exactly as the SQLite store's finishAttempt. */
-  private finishAttempt(
-    w: WriteSet,
-    job: JobRecord,
-    attempt: AttemptRecord,
-    f: AttemptFinish | AttemptExpire,
-    now: number,
-  ): void {
-    const resultJson = 'resultJson' in f ? f.resultJson : null;
-    const error = 'error' in f ? f.error : null;
-    w.attemptEnds.push({
-      job_id: job.id,
-      attempt_no: attempt.attemptNo,
-      lease_token: attempt.leaseToken,
-      state: f.state,
-      finished_at: now,
-      result_json: resultJson,
-      error_json: jsonOrNull(error),
-      reason: f.reason,
-    });
-    const next = f.job;
-    w.jobs.push(
-      this.jobMove(job, next.to, now, {
-        ...(next.to === 'QUEUED' ? { runAt: now + (next.delayMs ?? 0) } : {}),
-        ...(next.to === 'UNKNOWN'
-          ? {
-              nextCheckAt: (attempt.dispatchedAt ?? now) + (next.checkAfterDispatchMs ?? 0),
-              lookupFailures: 0,
-            }
-          : {}),
-        resultJson: next.to === 'SUCCEEDED' ? resultJson : null,
-        errorJson: next.to === 'FAILED' || next.to === 'NEEDS_REVIEW' ? jsonOrNull(error) : null,
-      }),
-    );
-    if (next.to === 'QUEUED') w.requeued.add(job.queue);
-    w.events.push(
-      this.event(job, {
-        attemptNo: attempt.attemptNo,
-        kind: finishEventKind(f.state),
-        fromState: 'LEASED',
-        toState: next.to,
-        actor: f.actor,
-        detail: finishEventDetail(f, error),
-      }),
-    );
   }
 
   // ---------------------------------------------------------------- jobs
@@ -823,14 +771,7 @@ export class PostgresStore implements Store {
         );
         const job = jobFromRow(row);
         results[i] = { job, created: false };
-        dedup.push(
-          this.event(job, {
-            attemptNo: null,
-            kind: 'enqueue-deduplicated',
-            actor,
-            detail: { requestKey: j.requestKey },
-          }),
-        );
+        dedup.push(eventRow(job, dedupEvent(j.requestKey, actor)));
       }
       const eventsAt = await this.clockOn(c);
       await c.query(this.sql.eventInsert, [JSON.stringify(dedup), eventsAt]);
@@ -881,55 +822,22 @@ export class PostgresStore implements Store {
         job && job.attemptCount > 0
           ? await this.lockAttempt(c, job.id, job.attemptCount)
           : undefined;
-      if (!transitionApplies(job, attempt, t)) return false;
-      assert(job, 'transition applies to an existing job');
-      if (t.resolution) {
-        const r = await c.query(this.sql.attemptResolve, [
-          t.jobId,
-          t.expectAttemptNo,
-          t.resolution.kind,
-          t.resolution.source,
-          jsonOrNull(t.resolution.evidence),
-          now,
+      const plan = planTransition({ job, attempt, t, now });
+      if (!plan || !job) return false;
+      const r = plan.resolution;
+      if (r) {
+        const done = await c.query(this.sql.attemptResolve, [
+          job.id,
+          r.attemptNo,
+          r.kind,
+          r.source,
+          r.evidenceJson,
+          r.resolvedAt,
         ]);
-        assert(r.rowCount === 1, `job ${t.jobId} attempt ${t.expectAttemptNo} took its resolution`);
+        assert(done.rowCount === 1, `job ${job.id} attempt ${r.attemptNo} took its resolution`);
       }
-      const w = new WriteSet();
-      w.jobs.push(
-        this.jobMove(job, t.to, now, {
-          ...(t.to === 'QUEUED' ? { runAt: now + (t.delayMs ?? 0) } : {}),
-          ...(t.to === 'UNKNOWN' && t.recheckDelayMs !== undefined
-            ? { nextCheckAt: now + t.recheckDelayMs }
-            : {}),
-          ...(t.to === 'QUEUED'
-            ? { lookupFailures: 0 }
-            : t.lookupFailed
-              ? { lookupFailures: job.lookupFailures + 1 }
-              : {}),
-          resultJson: t.resultJson ?? null,
-          errorJson: jsonOrNull(t.error),
-        }),
-      );
-      if (t.to === 'QUEUED') w.requeued.add(job.queue);
-      w.events.push(
-        this.event(job, {
-          attemptNo: t.expectAttemptNo || null,
-          kind: t.event.kind,
-          fromState: t.from,
-          toState: t.to,
-          actor: t.event.actor,
-          detail: {
-            ...(t.event.detail ?? {}),
-            ...(t.resolution
-              ? {
-                  resolution: t.resolution.kind,
-                  source: t.resolution.source,
-                  evidence: t.resolution.evidence,
-                }
-              : {}),
-          },
-        }),
-      );
+      const w = new TxWrites();
+      w.add(job, plan);
       await this.flush(c, w, now);
       return true;
     });
@@ -959,53 +867,12 @@ export class PostgresStore implements Store {
     return this.tx(async (c): Promise<JobCancelResult | null> => {
       const { job, now } = await this.lockJob(c, p.id);
       if (!job) return null;
-      const errorJson = JSON.stringify({ name: 'Cancelled', message: p.reason });
-      const w = new WriteSet();
-      if (job.state === 'QUEUED') {
-        w.jobs.push(this.jobMove(job, 'CANCELLED', now, { errorJson }));
-        w.events.push(
-          this.event(job, {
-            attemptNo: job.attemptCount || null,
-            kind: 'cancelled',
-            fromState: 'QUEUED',
-            toState: 'CANCELLED',
-            actor: p.actor,
-            detail: { reason: p.reason },
-          }),
-        );
-      } else if (job.state === 'LEASED') {
-        const attempt = await this.lockAttempt(c, job.id, job.attemptCount);
-        if (!attempt || attempt.state !== 'LEASED' || attempt.dispatchedAt !== null)
-          return {
-            cancelled: false,
-            job,
-            why: 'its current attempt has already dispatched the request',
-          };
-        // Ending the attempt fences its worker: its dispatch marker write will not apply.
-        w.attemptEnds.push({
-          job_id: job.id,
-          attempt_no: attempt.attemptNo,
-          lease_token: attempt.leaseToken,
-          state: 'FAILED_BEFORE_SEND',
-          finished_at: now,
-          result_json: null,
-          error_json: null,
-          reason: 'cancelled',
-        });
-        w.jobs.push(this.jobMove(job, 'CANCELLED', now, { errorJson }));
-        w.events.push(
-          this.event(job, {
-            attemptNo: attempt.attemptNo,
-            kind: 'cancelled',
-            fromState: 'LEASED',
-            toState: 'CANCELLED',
-            actor: p.actor,
-            detail: { reason: p.reason, fencedOwner: attempt.ownerId },
-          }),
-        );
-      } else {
-        return { cancelled: false, job, why: `it is ${job.state}` };
-      }
+      const attempt =
+        job.state === 'LEASED' ? await this.lockAttempt(c, job.id, job.attemptCount) : undefined;
+      const plan = planCancel({ job, attempt, actor: p.actor, reason: p.reason, now });
+      if ('why' in plan) return { cancelled: false, job, why: plan.why };
+      const w = new TxWrites();
+      w.add(job, plan.write);
       const [after] = await this.flush(c, w, now);
       assert(after, `cancelled job ${job.id} was written`);
       return { cancelled: true, job: after };
@@ -1144,6 +1011,9 @@ export class PostgresStore implements Store {
       marked: finishViolation(f, 0),
     }));
     const col = <T>(fn: (f: AttemptFinish) => T): T[] => finishes.map(fn);
+    // What the plan decides without the rows; the statement adds the fence and the clock.
+    const planned = finishes.map(finishParams);
+    const pcol = <T>(fn: (f: FinishParams) => T): T[] => planned.map(fn);
     const r = await this.statement<{ applied: boolean; requeued: string | null }>(
       PREPARED.attemptFinish,
       this.sql.attemptFinish,
@@ -1155,19 +1025,19 @@ export class PostgresStore implements Store {
         col((f) => f.reason),
         col((f) => f.resultJson),
         col((f) => jsonOrNull(f.error)),
-        col((f) => f.job.to),
-        col((f) => (f.job.to === 'QUEUED' ? (f.job.delayMs ?? 0) : null)),
-        col((f) => (f.job.to === 'UNKNOWN' ? (f.job.checkAfterDispatchMs ?? 0) : null)),
-        col((f) => (f.job.to === 'SUCCEEDED' ? f.resultJson : null)),
-        col((f) =>
-          f.job.to === 'FAILED' || f.job.to === 'NEEDS_REVIEW' ? jsonOrNull(f.error) : null,
-        ),
-        col((f) => finishEventKind(f.state)),
+        pcol((f) => f.jobTo),
+        pcol((f) => f.runDelayMs),
+        pcol((f) => f.checkAfterDispatchMs),
+        pcol((f) => f.jobResultJson),
+        pcol((f) => f.jobErrorJson),
+        pcol((f) => f.eventKind),
         col((f) => f.actor),
-        col((f) => jsonOrNull(finishEventDetail(f, f.error))),
+        pcol((f) => f.eventDetailJson),
         verdicts.map((v) => v.unmarked !== undefined),
         verdicts.map((v) => v.marked !== undefined),
         this.channel,
+        pcol((f) => f.resetsLookupFailures),
+        pcol((f) => isTerminal(f.jobTo)),
       ],
       (what) => {
         // "finish <index from 1> marked|unmarked": rethrow what rules.ts said of that finish.
@@ -1205,18 +1075,20 @@ export class PostgresStore implements Store {
         c,
         p.expiries.map((e) => e.lease),
       );
-      const w = new WriteSet();
+      const w = new TxWrites();
       const applied = p.expiries.map((e) => {
         const l = locked.get(leaseKey(e.lease.jobId, e.lease.attemptNo));
-        // Re-checked under the lock: a second reclaimer, or a late heartbeat, finds nothing to do.
-        if (!l || !leaseHolds(l.job, l.attempt, e.lease)) return false;
-        if (l.attempt.leaseExpiresAt + p.skewMs >= now) return false;
-        assert(
-          (l.attempt.dispatchedAt === null) === (e.state === 'FAILED_BEFORE_SEND'),
-          `expiry of job ${l.job.id} attempt ${l.attempt.attemptNo} misread its dispatch marker`,
-        );
-        assertFinishLegal(l.job, l.attempt, { ...e, resultJson: null, error: null });
-        this.finishAttempt(w, l.job, l.attempt, e, now);
+        // Judged again under the lock: a second reclaimer, or a late heartbeat, finds nothing to do.
+        const plan = planExpire({
+          job: l?.job,
+          attempt: l?.attempt,
+          expire: e,
+          skewMs: p.skewMs,
+          now,
+        });
+        if (!plan || !l) return false;
+        w.add(l.job, plan);
+        // A second expiry of the same lease in this batch finds it ended.
         l.attempt = { ...l.attempt, state: e.state };
         return true;
       });
@@ -1307,23 +1179,6 @@ type ClaimRow = JobRow & {
   a_leased_at: number;
   a_lease_expires_at: number;
 };
-
-/** The event kind of an attempt's end, e.g. `attempt-failed-before-send`. */
-function finishEventKind(state: string): string {
-  return `attempt-${state.toLowerCase().replaceAll('_', '-')}`;
-}
-
-function finishEventDetail(
-  f: AttemptFinish | AttemptExpire,
-  error: ErrorInfo | null,
-): Record<string, unknown> {
-  return {
-    attemptState: f.state,
-    ...(f.reason ? { reason: f.reason } : {}),
-    ...(error ? { error } : {}),
-    ...(f.job.delayMs !== undefined ? { retryInMs: f.job.delayMs } : {}),
-  };
-}
 
 /**
  * What rules.ts's `assertFinishLegal` says of a finish whose lease holds (so job and attempt are

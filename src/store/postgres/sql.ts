@@ -610,7 +610,9 @@ ORDER BY g.ord`,
      * the marker (ms), $11 job result_json, $12 job error_json (each null = keep the column),
      * $13 event kind, $14 actor, $15 event detail_json, $16 / $17: the outcome breaks an
      * invariant if the attempt has no marker / has one (rules.ts `assertFinishLegal`, judged by
-     * the store beforehand for both cases); $18 the channel.
+     * the store beforehand for both cases); $18 the channel; $19 the job's lookup failures
+     * restart at 0, $20 the job's state is terminal (finished_at). $8–$13, $15, $19 and $20 are
+     * the plan's (plan/finish.ts `finishParams`): the statement adds the fence and the clock.
      * Locks like `attemptDispatch`; a finish applies when its lease holds (rules.ts `leaseHolds`)
      * and it is the first of that lease in the batch. Ends those attempts, moves their jobs
      * (as the transaction path's `finishAttempt` does), appends their events and wakes the
@@ -623,10 +625,10 @@ ORDER BY g.ord`,
 WITH input AS MATERIALIZED (
   SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[],
       $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::text[], $13::text[],
-      $14::text[], $15::text[], $16::bool[], $17::bool[]) WITH ORDINALITY
+      $14::text[], $15::text[], $16::bool[], $17::bool[], $19::bool[], $20::bool[]) WITH ORDINALITY
     AS i(job_id, attempt_no, lease_token, state, reason, result_json, error_json, job_to,
       run_delay_ms, check_after_ms, job_result_json, job_error_json, kind, actor, detail_json,
-      bad_unmarked, bad_marked, ord)
+      bad_unmarked, bad_marked, resets_lookups, terminal, ord)
 ),
 ${lockedLeases(jobs, attempts)},
 held AS MATERIALIZED (
@@ -657,10 +659,10 @@ moved AS (
     run_at = CASE WHEN g.run_delay_ms IS NULL THEN j.run_at ELSE now.t + ${millis('g.run_delay_ms')} END,
     next_check_at = CASE WHEN g.check_after_ms IS NULL THEN NULL
       ELSE coalesce(g.dispatched_at, now.t) + ${millis('g.check_after_ms')} END,
-    lookup_failures = CASE WHEN g.job_to = 'UNKNOWN' THEN 0 ELSE j.lookup_failures END,
+    lookup_failures = CASE WHEN g.resets_lookups THEN 0 ELSE j.lookup_failures END,
     result_json = coalesce(g.job_result_json, j.result_json),
     error_json = coalesce(g.job_error_json, j.error_json),
-    finished_at = CASE WHEN g.job_to IN ('SUCCEEDED', 'FAILED', 'CANCELLED') THEN now.t END
+    finished_at = CASE WHEN g.terminal THEN now.t END
   FROM judged g, now
   WHERE g.applies AND NOT g.bad AND j.id = g.job_id AND j.state = 'LEASED' AND j.attempt_count = g.attempt_no
   RETURNING j.id

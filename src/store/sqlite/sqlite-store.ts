@@ -21,13 +21,7 @@ import type { ErrorInfo } from '../../core/errors.js';
 import type { Json } from '../../core/json.js';
 import type { AttemptState, JobState } from '../../core/states.js';
 import { JOB_STATES } from '../../core/states.js';
-import {
-  assertFinishLegal,
-  assertTransitionLegal,
-  leaseHolds,
-  newLeaseToken,
-  transitionApplies,
-} from '../rules.js';
+import { assertTransitionLegal, leaseHolds, newLeaseToken } from '../rules.js';
 import {
   attemptFromRow,
   backoffOf,
@@ -63,7 +57,16 @@ import type {
   StoreStats,
 } from '../store.js';
 import { CommitObservers } from '../commit-observers.js';
-import { planDedup } from '../plan/dedup.js';
+import {
+  dedupEvent,
+  planCancel,
+  planDedup,
+  planExpire,
+  planFinish,
+  planTransition,
+  type EventWrite,
+  type WriteSet,
+} from '../plan/index.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS, type Migration } from './schema.js';
 import { WakeChannel, wakeDirectory } from './wake.js';
 
@@ -290,17 +293,6 @@ function eventInsertSql(rows: number): string {
       `INSERT INTO events (job_id, attempt_no, request_fingerprint, kind, from_state, to_state, actor, detail_json, at)
        VALUES ${Array.from({ length: rows }, () => '(?, ?, ?, ?, ?, ?, ?, ?, ?)').join(', ')}`,
   );
-}
-
-const ATTEMPT_EVENT_KINDS = new Map<string, string>();
-
-function attemptEventKind(state: string): string {
-  let kind = ATTEMPT_EVENT_KINDS.get(state);
-  if (kind === undefined) {
-    kind = `attempt-${state.toLowerCase().replaceAll('_', '-')}`;
-    ATTEMPT_EVENT_KINDS.set(state, kind);
-  }
-  return kind;
 }
 
 /**
@@ -929,36 +921,6 @@ export class SqliteStore implements Store {
     return { job, attempt, jobRowid: r[7], attemptRowid: r[0] };
   }
 
-  /** Moves a job, setting the columns each target state needs. */
-  private setJobState(
-    /** The job's id, or its rowid when the caller has it (one index lookup fewer). */
-    jobKey: string | number,
-    currentNextCheckAt: number | null,
-    to: JobState,
-    now: number,
-    extra: {
-      runAt?: number;
-      nextCheckAt?: number | null;
-      lookupFailures?: number;
-      resultJson?: string | null;
-      errorJson?: string | null;
-    },
-  ): void {
-    const terminal = to === 'SUCCEEDED' || to === 'FAILED' || to === 'CANCELLED';
-    if (to === 'QUEUED') this.newWork = true;
-    this.stmt(typeof jobKey === 'number' ? SET_JOB_STATE_BY_ROWID : SET_JOB_STATE_BY_ID).run(
-      to,
-      now,
-      extra.runAt ?? null,
-      to === 'UNKNOWN' ? (extra.nextCheckAt ?? currentNextCheckAt ?? now) : null,
-      extra.lookupFailures ?? null,
-      extra.resultJson ?? null,
-      extra.errorJson ?? null,
-      terminal ? now : null,
-      jobKey,
-    );
-  }
-
   // ---------------------------------------------------------------- jobs
 
   jobInsertMany(p: {
@@ -1024,17 +986,7 @@ export class SqliteStore implements Store {
             j,
           );
           const job = jobFromRow(existing);
-          this.event(
-            job.id,
-            null,
-            job.fingerprint,
-            'enqueue-deduplicated',
-            null,
-            null,
-            p.actor,
-            JSON.stringify({ requestKey: j.requestKey }),
-            now,
-          );
+          this.writeEvent(job, dedupEvent(j.requestKey, p.actor), now);
           results.push({ job, created: false });
           continue;
         }
@@ -1095,56 +1047,9 @@ export class SqliteStore implements Store {
       const job = this.getJob(t.jobId);
       const attempt =
         job && job.attemptCount > 0 ? this.getAttempt(job.id, job.attemptCount) : undefined;
-      if (!transitionApplies(job, attempt, t)) return false;
-      assert(job, 'transition applies to an existing job');
-      if (t.resolution) {
-        this.stmt(
-          `UPDATE attempts SET resolution = ?, resolution_source = ?, resolution_evidence_json = ?, resolved_at = ?
-           WHERE job_id = ? AND attempt_no = ? AND state = 'UNKNOWN' AND resolution IS NULL`,
-        ).run(
-          t.resolution.kind,
-          t.resolution.source,
-          jsonOrNull(t.resolution.evidence),
-          now,
-          t.jobId,
-          t.expectAttemptNo,
-        );
-      }
-      this.setJobState(job.id, job.nextCheckAt, t.to, now, {
-        ...(t.to === 'QUEUED' ? { runAt: now + (t.delayMs ?? 0) } : {}),
-        ...(t.to === 'UNKNOWN' && t.recheckDelayMs !== undefined
-          ? { nextCheckAt: now + t.recheckDelayMs }
-          : {}),
-        ...(t.to === 'QUEUED'
-          ? { lookupFailures: 0 }
-          : t.lookupFailed
-            ? { lookupFailures: job.lookupFailures + 1 }
-            : {}),
-        resultJson: t.resultJson ?? null,
-        errorJson: jsonOrNull(t.error),
-      });
-      this.appendEvent(
-        {
-          jobId: job.id,
-          attemptNo: t.expectAttemptNo || null,
-          fingerprint: job.fingerprint,
-          kind: t.event.kind,
-          fromState: t.from,
-          toState: t.to,
-          actor: t.event.actor,
-          detail: {
-            ...(t.event.detail ?? {}),
-            ...(t.resolution
-              ? {
-                  resolution: t.resolution.kind,
-                  source: t.resolution.source,
-                  evidence: t.resolution.evidence,
-                }
-              : {}),
-          },
-        },
-        now,
-      );
+      const w = planTransition({ job, attempt, t, now });
+      if (!w) return false;
+      this.writePlan({ job: job! }, w);
       return true;
     });
   }
@@ -1154,57 +1059,12 @@ export class SqliteStore implements Store {
       const now = this.now();
       const job = this.getJob(p.id);
       if (!job) return null;
-      if (job.state === 'QUEUED') {
-        this.setJobState(job.id, job.nextCheckAt, 'CANCELLED', now, {
-          errorJson: JSON.stringify({ name: 'Cancelled', message: p.reason }),
-        });
-        this.appendEvent(
-          {
-            jobId: job.id,
-            attemptNo: job.attemptCount || null,
-            fingerprint: job.fingerprint,
-            kind: 'cancelled',
-            fromState: 'QUEUED',
-            toState: 'CANCELLED',
-            actor: p.actor,
-            detail: { reason: p.reason },
-          },
-          now,
-        );
-        return { cancelled: true, job: this.getJob(job.id)! };
-      }
-      if (job.state === 'LEASED') {
-        const attempt = this.getAttempt(job.id, job.attemptCount);
-        if (attempt && attempt.state === 'LEASED' && attempt.dispatchedAt === null) {
-          // Ending the attempt fences its worker: its dispatch marker write will not apply.
-          this.stmt(
-            `UPDATE attempts SET state = 'FAILED_BEFORE_SEND', reason = 'cancelled', finished_at = ? WHERE job_id = ? AND attempt_no = ?`,
-          ).run(now, job.id, attempt.attemptNo);
-          this.setJobState(job.id, job.nextCheckAt, 'CANCELLED', now, {
-            errorJson: JSON.stringify({ name: 'Cancelled', message: p.reason }),
-          });
-          this.appendEvent(
-            {
-              jobId: job.id,
-              attemptNo: attempt.attemptNo,
-              fingerprint: job.fingerprint,
-              kind: 'cancelled',
-              fromState: 'LEASED',
-              toState: 'CANCELLED',
-              actor: p.actor,
-              detail: { reason: p.reason, fencedOwner: attempt.ownerId },
-            },
-            now,
-          );
-          return { cancelled: true, job: this.getJob(job.id)! };
-        }
-        return {
-          cancelled: false,
-          job,
-          why: 'its current attempt has already dispatched the request',
-        };
-      }
-      return { cancelled: false, job, why: `it is ${job.state}` };
+      const attempt =
+        job.state === 'LEASED' ? this.getAttempt(job.id, job.attemptCount) : undefined;
+      const plan = planCancel({ job, attempt, actor: p.actor, reason: p.reason, now });
+      if ('why' in plan) return { cancelled: false, job, why: plan.why };
+      this.writePlan({ job }, plan.write);
+      return { cancelled: true, job: this.getJob(job.id)! };
     });
   }
 
@@ -1407,72 +1267,87 @@ export class SqliteStore implements Store {
     return this.write(() => {
       const now = this.now();
       return p.finishes.map((f) => {
-        // The fence read first (one join, both rowids), then both rows written by rowid: a little
-        // cheaper than a conditional UPDATE of the attempt (its EXISTS on the job, its RETURNING
-        // gathered in an ephemeral table) followed by the job's by id. A broken invariant
-        // (UNKNOWN without a marker: a CHECK too) is judged before anything is written.
+        // The fence read first (one join, both rowids), then both rows written by rowid: cheaper
+        // than a conditional UPDATE of the attempt followed by the job's by id.
         const v = this.fenceView(f.lease);
-        if (!v || !leaseHolds(v.job, v.attempt, f.lease)) return false;
-        assertFinishLegal(v.job, v.attempt, f);
-        this.finishAttempt(v, f, now);
+        const w = planFinish({ job: v?.job, attempt: v?.attempt, finish: f, now });
+        if (!w) return false;
+        this.writePlan(v!, w);
         return true;
       });
     });
   }
 
-  private finishAttempt(v: FenceView, f: AttemptFinish | AttemptExpire, now: number): void {
-    const resultJson = 'resultJson' in f ? f.resultJson : null;
-    const error = 'error' in f ? f.error : null;
-    const errorJson = jsonOrNull(error);
-    // The fence was read in this transaction: the rows are written by rowid.
-    this.stmt(
-      `UPDATE attempts SET state = ?, finished_at = ?, result_json = ?, error_json = ?, reason = ?
-       WHERE rowid = ? AND lease_token = ? AND state = 'LEASED'`,
-    ).run(f.state, now, resultJson, errorJson, f.reason, v.attemptRowid, v.attempt.leaseToken);
-    this.endJob(v.jobRowid, v.job, v.attempt, f, resultJson, error, errorJson, now);
+  /**
+   * Writes what a plan decided for a locked job: the attempt's end (by rowid when the fence
+   * read it, fenced on its token) or resolution, the job's columns, the events, a wake-up.
+   */
+  private writePlan(
+    at: { job: Pick<JobRecord, 'id' | 'fingerprint'>; jobRowid?: number; attemptRowid?: number },
+    w: WriteSet,
+  ): void {
+    const jobId = at.job.id;
+    const e = w.attemptEnd;
+    if (e && at.attemptRowid !== undefined)
+      this.stmt(
+        `UPDATE attempts SET state = ?, finished_at = ?, result_json = ?, error_json = ?, reason = ?
+         WHERE rowid = ? AND lease_token = ? AND state = 'LEASED'`,
+      ).run(
+        e.state,
+        e.finishedAt,
+        e.resultJson,
+        e.errorJson,
+        e.reason,
+        at.attemptRowid,
+        e.leaseToken,
+      );
+    else if (e)
+      this.stmt(
+        `UPDATE attempts SET state = ?, finished_at = ?, result_json = ?, error_json = ?, reason = ?
+         WHERE job_id = ? AND attempt_no = ? AND lease_token = ? AND state = 'LEASED'`,
+      ).run(
+        e.state,
+        e.finishedAt,
+        e.resultJson,
+        e.errorJson,
+        e.reason,
+        jobId,
+        e.attemptNo,
+        e.leaseToken,
+      );
+    const r = w.resolution;
+    if (r)
+      this.stmt(
+        `UPDATE attempts SET resolution = ?, resolution_source = ?, resolution_evidence_json = ?, resolved_at = ?
+         WHERE job_id = ? AND attempt_no = ? AND state = 'UNKNOWN' AND resolution IS NULL`,
+      ).run(r.kind, r.source, r.evidenceJson, r.resolvedAt, jobId, r.attemptNo);
+    const j = w.job;
+    this.stmt(at.jobRowid !== undefined ? SET_JOB_STATE_BY_ROWID : SET_JOB_STATE_BY_ID).run(
+      j.state,
+      j.updatedAt,
+      j.runAt,
+      j.nextCheckAt,
+      j.lookupFailures,
+      j.resultJson,
+      j.errorJson,
+      j.finishedAt,
+      at.jobRowid ?? jobId,
+    );
+    if (w.requeue) this.newWork = true;
+    for (const ev of w.events) this.writeEvent(at.job, ev, j.updatedAt);
   }
 
-  /** The job side of an ended attempt, and its event. */
-  private endJob(
-    jobRowid: number,
-    job: JobRecord,
-    attempt: AttemptRecord,
-    f: AttemptFinish | AttemptExpire,
-    resultJson: string | null,
-    error: ErrorInfo | null,
-    errorJson: string | null,
-    now: number,
-  ): void {
-    const next = f.job;
-    this.setJobState(jobRowid, job.nextCheckAt, next.to, now, {
-      ...(next.to === 'QUEUED' ? { runAt: now + (next.delayMs ?? 0) } : {}),
-      ...(next.to === 'UNKNOWN'
-        ? {
-            nextCheckAt: (attempt.dispatchedAt ?? now) + (next.checkAfterDispatchMs ?? 0),
-            lookupFailures: 0,
-          }
-        : {}),
-      resultJson: next.to === 'SUCCEEDED' ? resultJson : null,
-      errorJson: next.to === 'FAILED' || next.to === 'NEEDS_REVIEW' ? errorJson : null,
-    });
+  private writeEvent(job: Pick<JobRecord, 'id' | 'fingerprint'>, e: EventWrite, at: number): void {
     this.event(
       job.id,
-      attempt.attemptNo,
+      e.attemptNo,
       job.fingerprint,
-      attemptEventKind(f.state),
-      'LEASED',
-      next.to,
-      f.actor,
-      // The same object as before, serialized by hand when it has only the constant part.
-      f.reason || error || next.delayMs !== undefined
-        ? JSON.stringify({
-            attemptState: f.state,
-            ...(f.reason ? { reason: f.reason } : {}),
-            ...(error ? { error } : {}),
-            ...(next.delayMs !== undefined ? { retryInMs: next.delayMs } : {}),
-          })
-        : `{"attemptState":"${f.state}"}`,
-      now,
+      e.kind,
+      e.fromState,
+      e.toState,
+      e.actor,
+      e.detailJson,
+      at,
     );
   }
 
@@ -1491,17 +1366,17 @@ export class SqliteStore implements Store {
     return this.write(() => {
       const now = this.now();
       return p.expiries.map((e) => {
+        // Judged again under the write lock: a second reclaimer, or a late heartbeat, finds nothing to do.
         const v = this.fenceView(e.lease);
-        // Re-checked inside the write: a second reclaimer, or a late heartbeat, finds nothing to do.
-        if (!v || !leaseHolds(v.job, v.attempt, e.lease)) return false;
-        const { job, attempt } = v;
-        if (attempt.leaseExpiresAt + p.skewMs >= now) return false;
-        assert(
-          (attempt.dispatchedAt === null) === (e.state === 'FAILED_BEFORE_SEND'),
-          `expiry of job ${job.id} attempt ${attempt.attemptNo} misread its dispatch marker`,
-        );
-        assertFinishLegal(job, attempt, { ...e, resultJson: null, error: null });
-        this.finishAttempt(v, e, now);
+        const w = planExpire({
+          job: v?.job,
+          attempt: v?.attempt,
+          expire: e,
+          skewMs: p.skewMs,
+          now,
+        });
+        if (!w) return false;
+        this.writePlan(v!, w);
         return true;
       });
     });

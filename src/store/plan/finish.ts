@@ -1,0 +1,159 @@
+/**
+ * An attempt's end (a worker's outcome, or the reclaimer's expiry): what it does to the attempt,
+ * to its job, and which event says so.
+ */
+import { assert } from '../../core/errors.js';
+import type { JobState } from '../../core/states.js';
+import { jsonOrNull } from '../rows.js';
+import { assertFinishLegal, leaseHolds } from '../rules.js';
+import type { AttemptExpire, AttemptFinish, AttemptRecord, JobRecord } from '../store.js';
+import { planJobWrite } from './job.js';
+import type { WriteSet } from './types.js';
+
+/**
+ * What a finish writes that does not depend on the locked rows. The PostgreSQL one-statement
+ * outcome passes these as parameters; `planFinish` builds on them.
+ */
+export interface FinishParams {
+  jobTo: JobState;
+  /** QUEUED: runs again this long after now. */
+  runDelayMs: number | null;
+  /** UNKNOWN: checked this long after the dispatch marker. */
+  checkAfterDispatchMs: number | null;
+  /** The job's result and error (null: keep). */
+  jobResultJson: string | null;
+  jobErrorJson: string | null;
+  /** The job's lookup failures start again at 0 (UNKNOWN); else kept. */
+  resetsLookupFailures: boolean;
+  eventKind: string;
+  eventDetailJson: string;
+}
+
+const EVENT_KINDS = new Map<string, string>();
+
+/** The event kind of an attempt's end, e.g. `attempt-failed-before-send`. */
+export function attemptEventKind(state: string): string {
+  let kind = EVENT_KINDS.get(state);
+  if (kind === undefined) {
+    kind = `attempt-${state.toLowerCase().replaceAll('_', '-')}`;
+    EVENT_KINDS.set(state, kind);
+  }
+  return kind;
+}
+
+export function finishParams(f: AttemptFinish | AttemptExpire): FinishParams {
+  const to = f.job.to;
+  const resultJson = 'resultJson' in f ? f.resultJson : null;
+  const error = 'error' in f ? f.error : null;
+  return {
+    jobTo: to,
+    runDelayMs: to === 'QUEUED' ? (f.job.delayMs ?? 0) : null,
+    checkAfterDispatchMs: to === 'UNKNOWN' ? (f.job.checkAfterDispatchMs ?? 0) : null,
+    jobResultJson: to === 'SUCCEEDED' ? resultJson : null,
+    jobErrorJson: to === 'FAILED' || to === 'NEEDS_REVIEW' ? jsonOrNull(error) : null,
+    resetsLookupFailures: to === 'UNKNOWN',
+    eventKind: attemptEventKind(f.state),
+    // Serialized by hand when it has only the constant part (the common case, on the hot path).
+    eventDetailJson:
+      f.reason || error || f.job.delayMs !== undefined
+        ? JSON.stringify({
+            attemptState: f.state,
+            ...(f.reason ? { reason: f.reason } : {}),
+            ...(error ? { error } : {}),
+            ...(f.job.delayMs !== undefined ? { retryInMs: f.job.delayMs } : {}),
+          })
+        : `{"attemptState":"${f.state}"}`,
+  };
+}
+
+type FenceJob = Pick<JobRecord, 'id' | 'state' | 'attemptCount' | 'nextCheckAt'>;
+type FenceAttempt = Pick<
+  AttemptRecord,
+  'attemptNo' | 'state' | 'leaseToken' | 'leaseExpiresAt' | 'dispatchedAt'
+>;
+
+/**
+ * A worker's outcome on its locked job and attempt: null when its lease no longer holds (it was
+ * fenced out); throws (writing nothing) if the outcome would break an invariant.
+ */
+export function planFinish(p: {
+  job: FenceJob | undefined;
+  attempt: FenceAttempt | undefined;
+  finish: AttemptFinish;
+  now: number;
+}): WriteSet | null {
+  const { job, attempt, finish: f } = p;
+  if (!job || !attempt || !leaseHolds(job as JobRecord, attempt as AttemptRecord, f.lease))
+    return null;
+  assertFinishLegal(job as JobRecord, attempt as AttemptRecord, f);
+  return endAttempt(job, attempt, f, p.now);
+}
+
+/**
+ * The reclaimer's expiry, judged again on the locked rows: null when the lease no longer holds
+ * or is not yet expired by `skewMs` (a second reclaimer, a late heartbeat).
+ */
+export function planExpire(p: {
+  job: FenceJob | undefined;
+  attempt: FenceAttempt | undefined;
+  expire: AttemptExpire;
+  skewMs: number;
+  now: number;
+}): WriteSet | null {
+  const { job, attempt, expire: e } = p;
+  if (!job || !attempt || !leaseHolds(job as JobRecord, attempt as AttemptRecord, e.lease))
+    return null;
+  if (attempt.leaseExpiresAt + p.skewMs >= p.now) return null;
+  assert(
+    (attempt.dispatchedAt === null) === (e.state === 'FAILED_BEFORE_SEND'),
+    `expiry of job ${job.id} attempt ${attempt.attemptNo} misread its dispatch marker`,
+  );
+  assertFinishLegal(job as JobRecord, attempt as AttemptRecord, {
+    ...e,
+    resultJson: null,
+    error: null,
+  });
+  return endAttempt(job, attempt, e, p.now);
+}
+
+function endAttempt(
+  job: FenceJob,
+  attempt: FenceAttempt,
+  f: AttemptFinish | AttemptExpire,
+  now: number,
+): WriteSet {
+  const fp = finishParams(f);
+  const resultJson = 'resultJson' in f ? f.resultJson : null;
+  const error = 'error' in f ? f.error : null;
+  return {
+    attemptEnd: {
+      attemptNo: attempt.attemptNo,
+      leaseToken: attempt.leaseToken,
+      state: f.state,
+      finishedAt: now,
+      resultJson,
+      errorJson: jsonOrNull(error),
+      reason: f.reason,
+    },
+    job: planJobWrite(job, fp.jobTo, now, {
+      ...(fp.runDelayMs !== null ? { runAt: now + fp.runDelayMs } : {}),
+      ...(fp.checkAfterDispatchMs !== null
+        ? { nextCheckAt: (attempt.dispatchedAt ?? now) + fp.checkAfterDispatchMs }
+        : {}),
+      ...(fp.resetsLookupFailures ? { lookupFailures: 0 } : {}),
+      resultJson: fp.jobResultJson,
+      errorJson: fp.jobErrorJson,
+    }),
+    events: [
+      {
+        attemptNo: attempt.attemptNo,
+        kind: fp.eventKind,
+        fromState: 'LEASED',
+        toState: fp.jobTo,
+        actor: f.actor,
+        detailJson: fp.eventDetailJson,
+      },
+    ],
+    requeue: fp.jobTo === 'QUEUED',
+  };
+}
