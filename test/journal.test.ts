@@ -24,7 +24,7 @@ import {
 } from '../src/index.js';
 import { tempSqliteStore, type TestStore } from './helpers/stores.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from '../src/store/sqlite/schema.js';
-import { SqliteStore, rewriteTables } from '../src/store/sqlite/sqlite-store.js';
+import { SqliteStore, rewriteTables } from '../src/store/sqlite/store.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {

@@ -27,7 +27,7 @@ import {
 } from '../src/index.js';
 import type { Worker } from '../src/runtime/worker.js';
 import { mulberry32 } from '../src/runtime/faults.js';
-import { PostgresStore } from '../src/store/postgres/postgres-store.js';
+import { PostgresStore } from '../src/store/postgres/store.js';
 import {
   LATEST_SCHEMA_VERSION,
   MIGRATIONS,

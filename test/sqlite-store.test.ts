@@ -18,7 +18,7 @@ import {
   defineOperation,
   openQueue,
 } from '../src/index.js';
-import { SqliteStore } from '../src/store/sqlite/sqlite-store.js';
+import { SqliteStore } from '../src/store/sqlite/store.js';
 import type { JobInsert } from '../src/store/store.js';
 
 const cleanups: (() => void | Promise<void>)[] = [];

@@ -1,5 +1,5 @@
 /**
- * Cross-process wake-ups of the SQLite store (src/store/sqlite/wake.ts), with real processes.
+ * Cross-process wake-ups of the SQLite store (src/store/sqlite/notify.ts), with real processes.
  * Subscriptions here check `data_version` once an hour, so only the socket can wake them.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -9,8 +9,8 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import { defineOperation, openQueue } from '../src/index.js';
-import { SqliteStore } from '../src/store/sqlite/sqlite-store.js';
-import { wakeDirectory } from '../src/store/sqlite/wake.js';
+import { SqliteStore } from '../src/store/sqlite/store.js';
+import { wakeDirectory } from '../src/store/sqlite/notify.js';
 
 const HOUR = 3_600_000;
 const op = defineOperation({ name: 'wake.noop', execute: () => Promise.resolve(null) });

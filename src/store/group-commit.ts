@@ -13,7 +13,7 @@
  * - Priority (`yieldTo`): a kind of write off the critical path may wait, up to `maxMs`, while
  *   a kind on it is busy, so that it goes in fewer, bigger calls that take less of the server
  *   from the calls that others wait on (PostgreSQL: outcomes yield to dispatch markers, see
- *   postgres-store.ts). It starts as soon as that kind is idle: no added latency on an idle store.
+ *   postgres/store.ts). It starts as soon as that kind is idle: no added latency on an idle store.
  * - Each caller is answered with its own slice of the results, after the merged call resolved,
  *   i.e. after its write is durable.
  * - Isolation: if the merged call fails with an error that proves nothing was written (the

@@ -3,7 +3,7 @@
  * The PostgreSQL driver is loaded only when a PostgreSQL store is opened.
  */
 import { InvalidStoreUrl } from '../core/errors.js';
-import { SqliteStore } from './sqlite/sqlite-store.js';
+import { SqliteStore } from './sqlite/store.js';
 import type { Store } from './store.js';
 
 export const DEFAULT_STORE_URL = 'sqlite:./reckon.db';
@@ -26,7 +26,7 @@ export async function createStore(url: string, options: StoreOpenOptions = {}): 
     return new SqliteStore({ path, ...(options.clock ? { clock: options.clock } : {}) });
   }
   if (url.startsWith('postgres://') || url.startsWith('postgresql://')) {
-    const { PostgresStore } = await import('./postgres/postgres-store.js');
+    const { PostgresStore } = await import('./postgres/store.js');
     return new PostgresStore({ connectionString: url, ...options });
   }
   throw new InvalidStoreUrl(url);

@@ -7,7 +7,7 @@
  * subscribers for those itself (`wake`), once its statement has committed.
  */
 import pg from 'pg';
-import { quoteIdent } from './sql.js';
+import { quoteIdent } from './statements.js';
 
 /** First reconnect delay; doubled up to the max. Short, because a restart usually takes seconds. */
 export const LISTEN_RECONNECT_INITIAL_MS = 100;

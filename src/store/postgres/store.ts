@@ -11,11 +11,11 @@
  *    statement each (a data-modifying CTE that locks, judges, writes and appends its events), so
  *    each costs one round trip and one commit, and concurrent callers share it (group commit).
  *    The rules that need no row are applied here before the statement; those that need the
- *    locked rows are the statement's SQL (sql.ts), and a broken invariant aborts it whole.
+ *    locked rows are the statement's SQL (statements.ts), and a broken invariant aborts it whole.
  *    Colder paths (reclaimer, reconciler, cancel) lock, judge in JS and write in a transaction.
  *  - Migrations run in one transaction under an advisory lock, so processes starting together
  *    migrate one after the other.
- *  - Work notifications: LISTEN/NOTIFY on a channel per schema (listener.ts).
+ *  - Work notifications: LISTEN/NOTIFY on a channel per schema (notify.ts).
  *
  * Connection loss: a pool or listener connection that dies never crashes the process; calls fail
  * with `StoreUnavailable` until the server is back, and the pool reconnects by itself.
@@ -80,7 +80,7 @@ import {
   type WriteSet,
 } from '../plan/index.js';
 import { GroupCommit, type GroupCommitOptions } from '../group-commit.js';
-import { WorkListener } from './listener.js';
+import { WorkListener } from './notify.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS, MIGRATIONS_TABLE_SQL } from './schema.js';
 import {
   claimLimitInline,
@@ -91,7 +91,7 @@ import {
   statements,
   workChannel,
   type Statements,
-} from './sql.js';
+} from './statements.js';
 
 export interface PostgresStoreOptions {
   /** `postgres://user:password@host:port/database`, optionally with `?schema=name`. */
@@ -307,7 +307,7 @@ export class PostgresStore implements Store {
     // at any table size, and still needs no planning per execution. (statsGet, which counts
     // every job, allows them again for itself.)
     // synchronous_commit is pinned on: "durable when it returns" must not depend on a role's or
-    // server's default (a claim turns it off for its own transaction only, see sql.ts).
+    // server's default (a claim turns it off for its own transaction only, see statements.ts).
     pool.on('connect', (client) => {
       client.query('SET enable_seqscan = off; SET synchronous_commit = on').catch(() => undefined);
       const pid = (client as { processID?: number | null }).processID;
@@ -417,7 +417,7 @@ export class PostgresStore implements Store {
    * serialization failure (the server rolled it back whole), or a failure before it was sent (no
    * connection could be had, or the connection was known dead). A connection lost after it was
    * sent is ambiguous (it may have committed): reported as StoreUnavailable, never retried.
-   * An abort by `fail` (sql.ts) becomes an InvariantViolation, or what `onFail` makes of it.
+   * An abort by `fail` (statements.ts) becomes an InvariantViolation, or what `onFail` makes of it.
    */
   private async statement<R extends pg.QueryResultRow>(
     name: string,
@@ -1201,7 +1201,7 @@ function finishViolation(
   }
 }
 
-/** The check named by a statement that sql.ts's `fail` aborted, or undefined for other errors. */
+/** The check named by a statement that statements.ts's `fail` aborted, or undefined for other errors. */
 function failedCheck(err: unknown): string | undefined {
   if (!(err instanceof Error) || (err as { code?: unknown }).code !== '22P02') return undefined;
   const at = err.message.indexOf(FAIL_MARK);
@@ -1212,7 +1212,7 @@ function failedCheck(err: unknown): string | undefined {
 }
 
 /**
- * The parameters of new jobs as `jobInsert` and `jobInsertAllNew` take them (sql.ts
+ * The parameters of new jobs as `jobInsert` and `jobInsertAllNew` take them (statements.ts
  * `NEW_JOB_SHARED`): ids, keys, fingerprints and inputs as arrays; every other column as one
  * scalar when all the jobs share its value, else as an array. Also each job's backoff as written
  * (jobs of one operation share one policy object: serialized once).

@@ -68,7 +68,7 @@ import {
   type WriteSet,
 } from '../plan/index.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS, type Migration } from './schema.js';
-import { WakeChannel, wakeDirectory } from './wake.js';
+import { WakeChannel, wakeDirectory } from './notify.js';
 
 export interface SqliteStoreOptions {
   /** File path, or `:memory:` (one process only). */
@@ -85,7 +85,7 @@ export const DEFAULT_BUSY_TIMEOUT_MS = 10_000;
 /**
  * How often a subscribed store checks `PRAGMA data_version`, which changes when another
  * connection (another process) commits. A read of the shared-memory header, a few µs: at 1 ms it
- * costs well under 1% of a core. The wake-up sockets (wake.ts) are faster; this catches what
+ * costs well under 1% of a core. The wake-up sockets (notify.ts) are faster; this catches what
  * they cannot (a process that started less than a second ago, a platform without them).
  */
 export const WORK_CHECK_INTERVAL_MS = 1;
@@ -383,7 +383,7 @@ export class SqliteStore implements Store {
   /** Events of the running write, EVENT_COLUMNS values each (see `event`). */
   private pendingEvents: unknown[] = [];
   private tx: TxStatements | null = null;
-  /** Other processes' workers, woken when this process commits due work (see wake.ts). */
+  /** Other processes' workers, woken when this process commits due work (see notify.ts). */
   private wakeChannel: WakeChannel | undefined;
   /** The batch being written made a job due: wake the other processes after its commit. */
   private newWork = false;
@@ -1398,7 +1398,7 @@ export class SqliteStore implements Store {
 
   /**
    * Cross-process wake-ups without a server, two ways: a byte on this process's socket from a
-   * process that committed due work (wake.ts: well under a millisecond), and `data_version`,
+   * process that committed due work (notify.ts: well under a millisecond), and `data_version`,
    * which moves when another connection commits (never for our own writes), checked every
    * `WORK_CHECK_INTERVAL_MS`: it catches whatever the sockets miss. Best effort, like every
    * subscription: workers still poll.
