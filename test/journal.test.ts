@@ -23,8 +23,8 @@ import {
   type Queue,
 } from '../src/index.js';
 import { tempSqliteStore, type TestStore } from './helpers/stores.js';
-import { LATEST_SCHEMA_VERSION, MIGRATIONS } from '../src/store/sqlite/schema.js';
-import { SqliteStore, rewriteTables } from '../src/store/sqlite/store.js';
+import { LATEST_SCHEMA_VERSION, MIGRATIONS, rewriteTables } from '../src/store/sqlite/schema.js';
+import { SqliteStore } from '../src/store/sqlite/store.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {

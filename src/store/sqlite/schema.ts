@@ -2,6 +2,7 @@
  * SQLite migrations: append-only and numbered; never edit a released one.
  * Times are integer milliseconds since the epoch on the host clock.
  */
+import Database from 'better-sqlite3';
 export interface Migration {
   version: number;
   name: string;
@@ -191,3 +192,63 @@ CREATE INDEX jobs_claim ON jobs (queue, priority DESC, run_at) WHERE state = 'QU
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
+
+/**
+ * Replaces text in stored CREATE TABLE statements (see `Migration.rewrites`), inside the caller's
+ * transaction (a migration's): `writable_schema` for the edit, with better-sqlite3's defensive
+ * mode lifted for it alone, then a new schema version, so that every other connection reloads
+ * the schema before its next statement. Each new text is first created in a scratch in-memory
+ * database: SQLite does not parse an edited schema until a connection loads it again, so a text
+ * that did not parse would be committed and leave the file unreadable. A text that does not
+ * parse, or a `from` found twice, throws, rolling the migration back.
+ */
+export function rewriteTables(
+  db: Database.Database,
+  rewrites: NonNullable<Migration['rewrites']>,
+): void {
+  const version = db.pragma('schema_version', { simple: true }) as number;
+  db.unsafeMode(true);
+  try {
+    db.pragma('writable_schema = ON');
+    const read = db.prepare(`SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?`);
+    const write = db.prepare(`UPDATE sqlite_schema SET sql = ? WHERE type = 'table' AND name = ?`);
+    for (const r of rewrites) {
+      const row = read.get(r.table) as { sql: string } | undefined;
+      const found = row ? row.sql.split(r.from).length - 1 : 0;
+      // Not there: already rewritten (a migrations table rolled back by hand), or a table edited
+      // by hand. Its constraint is then left as it is: a rewrite only ever replaces a constraint
+      // with an equivalent one, so leaving it changes no rule, only its cost.
+      if (found === 0) continue;
+      if (found > 1)
+        throw new Error(
+          `migration: ${JSON.stringify(r.from)} occurs ${found} times in table ${r.table}; expected once`,
+        );
+      const sql = row!.sql.replace(r.from, () => r.to);
+      const scratch = new Database(':memory:');
+      try {
+        scratch.exec(sql);
+      } catch (err) {
+        throw new Error(`migration: the new text of table ${r.table} does not parse`, {
+          cause: err,
+        });
+      } finally {
+        scratch.close();
+      }
+      write.run(sql, r.table);
+    }
+    db.pragma(`schema_version = ${version + 1}`);
+  } finally {
+    db.pragma('writable_schema = OFF');
+    db.unsafeMode(false);
+  }
+}
+
+/** `ALTER TABLE … ADD COLUMN`, unless the table has that column already (see `Migration.addColumns`). */
+export function addColumn(
+  db: Database.Database,
+  c: NonNullable<Migration['addColumns']>[number],
+): void {
+  const columns = db.pragma(`table_info(${c.table})`) as { name: string }[];
+  if (columns.some((col) => col.name === c.column)) return;
+  db.exec(`ALTER TABLE ${c.table} ADD COLUMN ${c.column} ${c.definition}`);
+}

@@ -17,14 +17,11 @@ import {
   StoreUnavailable,
   assert,
 } from '../../core/errors.js';
-import type { ErrorInfo } from '../../core/errors.js';
-import type { Json } from '../../core/json.js';
 import type { AttemptState, JobState } from '../../core/states.js';
 import { JOB_STATES } from '../../core/states.js';
 import { assertTransitionLegal, leaseHolds, newLeaseToken } from '../rules.js';
 import {
   attemptFromRow,
-  backoffOf,
   eventFromRow,
   jobFromRow,
   jsonOrNull,
@@ -67,7 +64,20 @@ import {
   type EventWrite,
   type WriteSet,
 } from '../plan/index.js';
-import { LATEST_SCHEMA_VERSION, MIGRATIONS, type Migration } from './schema.js';
+import { SqliteWriter } from './commit.js';
+import { LATEST_SCHEMA_VERSION, MIGRATIONS, addColumn, rewriteTables } from './schema.js';
+import {
+  CLAIM_LEASE,
+  LIMIT_PARAM,
+  SET_JOB_STATE_BY_ID,
+  SET_JOB_STATE_BY_ROWID,
+  claimArgs,
+  claimProbeSql,
+  claimSql,
+  inList,
+  jobFromTuple,
+  type ClaimTuple,
+} from './statements.js';
 import { WakeChannel, wakeDirectory } from './notify.js';
 
 export interface SqliteStoreOptions {
@@ -89,17 +99,6 @@ export const DEFAULT_BUSY_TIMEOUT_MS = 10_000;
  * they cannot (a process that started less than a second ago, a platform without them).
  */
 export const WORK_CHECK_INTERVAL_MS = 1;
-
-type BatchResult = { ok: true; value: unknown } | { ok: false; err: unknown };
-
-interface TxStatements {
-  begin: Database.Statement;
-  commit: Database.Statement;
-  rollback: Database.Statement;
-  savepoint: Database.Statement;
-  release: Database.Statement;
-  rollbackTo: Database.Statement;
-}
 
 /** The columns of `fenceView`, in order. */
 type FenceRow = [
@@ -124,43 +123,6 @@ interface FenceView {
   attemptRowid: number;
 }
 
-const SET_JOB_STATE = `UPDATE jobs SET state = ?, updated_at = ?,
-    run_at = coalesce(?, run_at),
-    next_check_at = ?,
-    lookup_failures = coalesce(?, lookup_failures),
-    result_json = coalesce(?, result_json),
-    error_json = coalesce(?, error_json),
-    finished_at = ?`;
-const SET_JOB_STATE_BY_ID = `${SET_JOB_STATE} WHERE id = ?`;
-const SET_JOB_STATE_BY_ROWID = `${SET_JOB_STATE} WHERE rowid = ?`;
-
-function inList(n: number): string {
-  return n === 1 ? '?' : Array.from({ length: n }, () => '?').join(',');
-}
-
-/** SQL texts that depend on the length of IN lists, built once per arity (then one cached statement each). */
-const sqlByArity = new Map<string, string>();
-
-function byArity(kind: string, queues: number, operations: number, build: () => string): string {
-  const key = `${kind}:${queues}:${operations}`;
-  let sql = sqlByArity.get(key);
-  if (sql === undefined) {
-    sql = build();
-    sqlByArity.set(key, sql);
-  }
-  return sql;
-}
-
-/**
- * A bound row limit: `LIMIT +?`, never `LIMIT ?`. SQLite (3.51, as better-sqlite3 12 bundles it)
- * reads a bare bound LIMIT while planning and marks its parameter as one that changes the plan,
- * so that binding it (on every run) expires the statement: each claim was parsed and planned
- * again, ≈ 20 µs, about half of a 10-job claim statement (perf: `sqlite3Reprepare` under every
- * claim). The unary plus is the same number to the query and hides the parameter from the
- * planner. The lint forbids `LIMIT ?` in this directory.
- */
-const LIMIT_PARAM = 'LIMIT +?';
-
 /**
  * The page cache per connection, in KiB: 4 MiB, not better-sqlite3's 16. Every commit ends by
  * walking the whole cache (SQLite's B-tree balancing renumbers pages through the lock-byte page,
@@ -169,188 +131,6 @@ const LIMIT_PARAM = 'LIMIT +?';
  * the right edges of a few B-trees and the head of the claim index, far fewer than 1,000.
  */
 const CACHE_KIB = 4_000;
-
-/** Due QUEUED jobs of one queue, in claim order, through the partial index jobs_claim. */
-function claimCandidates(operations: number, columns: string): string {
-  return `SELECT ${columns} FROM jobs INDEXED BY jobs_claim
-    WHERE state = 'QUEUED' AND queue = ? AND run_at <= ? AND operation IN (${inList(operations)})
-    ORDER BY priority DESC, run_at, rowid ${LIMIT_PARAM}`;
-}
-
-/** Is any job due? (Order does not matter, so one index search per queue.) */
-function claimProbeSql(queues: number, operations: number): string {
-  return byArity(
-    'probe',
-    queues,
-    operations,
-    () => `SELECT 1 FROM jobs INDEXED BY jobs_claim
-      WHERE state = 'QUEUED' AND queue IN (${inList(queues)}) AND run_at <= ?
-        AND operation IN (${inList(operations)}) LIMIT 1`,
-  );
-}
-
-/**
- * Up to `limit` due jobs in claim order, every column (`JobTuple`) and then the rowid. Several
- * queues: the first `limit` of each (each an ordered index range), merged; never a sort of all
- * the waiting jobs. Arguments: see `claimArgs`. Read inside the claim's write transaction, then
- * leased by rowid (`CLAIM_LEASE`): no other writer can come between the two.
- */
-function claimSql(queues: number, operations: number): string {
-  return byArity('claim', queues, operations, () =>
-    queues === 1
-      ? claimCandidates(operations, `${JOB_COLUMNS}, rowid`)
-      : `SELECT * FROM (${Array.from(
-          { length: queues },
-          () => `SELECT * FROM (${claimCandidates(operations, `${JOB_COLUMNS}, rowid AS _rowid`)})`,
-        ).join(' UNION ALL ')}) ORDER BY priority DESC, run_at, _rowid ${LIMIT_PARAM}`,
-  );
-}
-
-/** Leases one claimed job (by the rowid `claimSql` read). */
-const CLAIM_LEASE = `UPDATE jobs SET state = 'LEASED', attempt_count = attempt_count + 1, updated_at = ?,
-  next_check_at = NULL WHERE rowid = ? AND state = 'QUEUED'`;
-
-function claimArgs(now: number, queues: string[], operations: string[], limit: number): unknown[] {
-  const args: unknown[] = [];
-  for (const q of queues) args.push(q, now, ...operations, limit);
-  if (queues.length > 1) args.push(limit);
-  return args;
-}
-
-/** Every column of a job, in the order of `JobTuple` (for raw statements). */
-const JOB_COLUMNS = `id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id, state,
-  priority, run_at, created_at, updated_at, finished_at, attempt_count, max_attempts, backoff_json, timeout_ms,
-  next_check_at, lookup_failures, result_json, error_json, reconcile_grace_ms`;
-
-type JobTuple = [
-  id: string,
-  queue: string,
-  operation: string,
-  inputJson: string,
-  requestKey: string,
-  fingerprint: string,
-  runId: string | null,
-  stepId: string | null,
-  state: JobState,
-  priority: number,
-  runAt: number,
-  createdAt: number,
-  updatedAt: number,
-  finishedAt: number | null,
-  attemptCount: number,
-  maxAttempts: number,
-  backoffJson: string,
-  timeoutMs: number,
-  nextCheckAt: number | null,
-  lookupFailures: number,
-  resultJson: string | null,
-  errorJson: string | null,
-  reconcileGraceMs: number,
-];
-
-/** A claim's row: the job's columns, then its rowid. */
-type ClaimTuple = [...JobTuple, rowid: number];
-
-/** `jobFromRow` for a raw row of `JOB_COLUMNS` (SQLite: times are already epoch-ms numbers). */
-function jobFromTuple(r: JobTuple | ClaimTuple): JobRecord {
-  return {
-    id: r[0],
-    queue: r[1],
-    operation: r[2],
-    input: JSON.parse(r[3]) as Json,
-    requestKey: r[4],
-    fingerprint: r[5],
-    runId: r[6],
-    stepId: r[7],
-    state: r[8],
-    priority: r[9],
-    runAt: r[10],
-    createdAt: r[11],
-    updatedAt: r[12],
-    finishedAt: r[13],
-    attemptCount: r[14],
-    maxAttempts: r[15],
-    backoff: backoffOf(r[16]),
-    timeoutMs: r[17],
-    nextCheckAt: r[18],
-    lookupFailures: r[19],
-    result: r[20] === null ? null : (JSON.parse(r[20]) as Json),
-    error: r[21] === null ? null : (JSON.parse(r[21]) as ErrorInfo),
-    reconcileGraceMs: r[22],
-  };
-}
-
-const EVENT_COLUMNS = 9;
-/** Rows per events INSERT statement: a few sizes, so a few cached statements. */
-const EVENT_INSERT_ROWS = [64, 16, 4, 1];
-
-function eventInsertSql(rows: number): string {
-  return byArity(
-    'events',
-    rows,
-    0,
-    () =>
-      `INSERT INTO events (job_id, attempt_no, request_fingerprint, kind, from_state, to_state, actor, detail_json, at)
-       VALUES ${Array.from({ length: rows }, () => '(?, ?, ?, ?, ?, ?, ?, ?, ?)').join(', ')}`,
-  );
-}
-
-/**
- * Replaces text in stored CREATE TABLE statements (see `Migration.rewrites`), inside the caller's
- * transaction (a migration's): `writable_schema` for the edit, with better-sqlite3's defensive
- * mode lifted for it alone, then a new schema version, so that every other connection reloads
- * the schema before its next statement. Each new text is first created in a scratch in-memory
- * database: SQLite does not parse an edited schema until a connection loads it again, so a text
- * that did not parse would be committed and leave the file unreadable. A text that does not
- * parse, or a `from` found twice, throws, rolling the migration back.
- */
-export function rewriteTables(
-  db: Database.Database,
-  rewrites: NonNullable<Migration['rewrites']>,
-): void {
-  const version = db.pragma('schema_version', { simple: true }) as number;
-  db.unsafeMode(true);
-  try {
-    db.pragma('writable_schema = ON');
-    const read = db.prepare(`SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?`);
-    const write = db.prepare(`UPDATE sqlite_schema SET sql = ? WHERE type = 'table' AND name = ?`);
-    for (const r of rewrites) {
-      const row = read.get(r.table) as { sql: string } | undefined;
-      const found = row ? row.sql.split(r.from).length - 1 : 0;
-      // Not there: already rewritten (a migrations table rolled back by hand), or a table edited
-      // by hand. Its constraint is then left as it is: a rewrite only ever replaces a constraint
-      // with an equivalent one, so leaving it changes no rule, only its cost.
-      if (found === 0) continue;
-      if (found > 1)
-        throw new Error(
-          `migration: ${JSON.stringify(r.from)} occurs ${found} times in table ${r.table}; expected once`,
-        );
-      const sql = row!.sql.replace(r.from, () => r.to);
-      const scratch = new Database(':memory:');
-      try {
-        scratch.exec(sql);
-      } catch (err) {
-        throw new Error(`migration: the new text of table ${r.table} does not parse`, {
-          cause: err,
-        });
-      } finally {
-        scratch.close();
-      }
-      write.run(sql, r.table);
-    }
-    db.pragma(`schema_version = ${version + 1}`);
-  } finally {
-    db.pragma('writable_schema = OFF');
-    db.unsafeMode(false);
-  }
-}
-
-/** `ALTER TABLE … ADD COLUMN`, unless the table has that column already (see `Migration.addColumns`). */
-function addColumn(db: Database.Database, c: NonNullable<Migration['addColumns']>[number]): void {
-  const columns = db.pragma(`table_info(${c.table})`) as { name: string }[];
-  if (columns.some((col) => col.name === c.column)) return;
-  db.exec(`ALTER TABLE ${c.table} ADD COLUMN ${c.column} ${c.definition}`);
-}
 
 export class SqliteStore implements Store {
   readonly kind = 'sqlite' as const;
@@ -367,34 +147,29 @@ export class SqliteStore implements Store {
   private readonly busyTimeoutMs: number;
   private stmtCache = new Map<string, Database.Statement>();
   private rawCache = new Map<string, Database.Statement>();
-  /** Writes waiting for the next group commit (see `write`). */
-  private writeQueue: {
-    fn: () => unknown;
-    resolve: (v: unknown) => void;
-    reject: (err: unknown) => void;
-    /** May commit without its own fsync (see `write`). */
-    unsynced: boolean;
-    /** Runs in its own savepoint: an earlier run of its batch threw (see `runBatch`). */
-    isolate: boolean;
-  }[] = [];
-  private flushScheduled = false;
-  /** When the batch at the head of the queue first found the write lock taken. */
-  private busySince: number | undefined;
-  /** Events of the running write, EVENT_COLUMNS values each (see `event`). */
-  private pendingEvents: unknown[] = [];
-  private tx: TxStatements | null = null;
   /** Other processes' workers, woken when this process commits due work (see notify.ts). */
   private wakeChannel: WakeChannel | undefined;
-  /** The batch being written made a job due: wake the other processes after its commit. */
-  private newWork = false;
   /** `workSubscribe` callbacks: woken by this store's own commits (other processes: `wake`). */
   private readonly localSubscribers = new Set<() => void>();
   private readonly commits = new CommitObservers();
+  private readonly writer: SqliteWriter;
 
   constructor(private readonly options: SqliteStoreOptions) {
     this.location = `sqlite:${options.path}`;
     this.now = options.clock ?? Date.now;
     this.busyTimeoutMs = options.busyTimeoutMs ?? DEFAULT_BUSY_TIMEOUT_MS;
+    this.writer = new SqliteWriter({
+      conn: () => this.conn(),
+      isOpen: () => this.db !== null,
+      stmt: (sql) => this.stmt(sql),
+      classify: (err) => this.classifyWriteError(err),
+      busyTimeoutMs: this.busyTimeoutMs,
+      commits: this.commits,
+      onNewWork: () => {
+        this.wake()?.publish();
+        for (const onWork of this.localSubscribers) onWork();
+      },
+    });
   }
 
   // ---------------------------------------------------------------- lifecycle
@@ -503,10 +278,10 @@ export class SqliteStore implements Store {
 
   async close(): Promise<void> {
     // Writes already started are committed (or rejected) before the file closes.
-    if (this.db) this.flushWrites({ wait: true });
+    if (this.db) this.writer.flush({ wait: true });
     this.stmtCache.clear();
     this.rawCache.clear();
-    this.tx = null;
+    this.writer.reset();
     this.db?.close();
     this.db = null;
     const wake = this.wakeChannel;
@@ -554,238 +329,6 @@ export class SqliteStore implements Store {
     return s;
   }
 
-  /**
-   * Runs `fn` in an IMMEDIATE write transaction; resolves after the durable commit.
-   *
-   * Group commit: better-sqlite3 is synchronous, so the writes that callers in this process
-   * start within one turn of the event loop (concurrent enqueues, the dispatch markers and
-   * outcomes of concurrent attempts, claims, heartbeats) are queued and run together in ONE
-   * `BEGIN IMMEDIATE` transaction: one fsync instead of one each. A caller whose `fn` throws
-   * (RequestKeyConflict, a broken invariant) has its writes rolled back and is rejected alone;
-   * the others commit (see `flushWrites`). Every promise settles only after the COMMIT has
-   * returned, i.e. after the shared transaction is durable (invariant 1, and invariant 3 for
-   * markers: each dispatch still waits for its own marker's commit).
-   *
-   * A `fn` must be a pure function of the database (and the clock): it may run twice, the first
-   * run rolled back unseen (see `flushWrites`).
-   *
-   * `unsynced`: a batch made only of such writes commits without an fsync (`synchronous =
-   * NORMAL` for that one transaction): still atomic and safe from a kill of any process (the OS
-   * has the pages), but a power cut may undo it. Only for a write that nothing outside acts on
-   * before a later, synced write: a claim, whose attempt is acted on only through its dispatch
-   * marker. Every commit after it in the WAL is synced with the frames before it, so the marker
-   * cannot survive a power cut without its claim; a claim lost that way was acted on by nobody,
-   * and its job is simply QUEUED again.
-   */
-  private write<T>(fn: () => T, o: { unsynced?: boolean } = {}): Promise<T> {
-    return new Promise<T>((resolve, reject) => {
-      this.writeQueue.push({
-        fn,
-        resolve: resolve as (v: unknown) => void,
-        reject,
-        unsynced: o.unsynced === true,
-        isolate: false,
-      });
-      if (!this.flushScheduled) {
-        this.flushScheduled = true;
-        setImmediate(this.flushBound);
-      }
-    });
-  }
-
-  private readonly flushBound = (): void => this.flushWrites();
-
-  /** BEGIN IMMEDIATE / COMMIT / ROLLBACK and the per-caller savepoint, prepared once. */
-  private txStatements(): TxStatements {
-    if (!this.tx) {
-      const db = this.conn();
-      this.tx = {
-        begin: db.prepare('BEGIN IMMEDIATE'),
-        commit: db.prepare('COMMIT'),
-        rollback: db.prepare('ROLLBACK'),
-        savepoint: db.prepare('SAVEPOINT reckon_caller'),
-        release: db.prepare('RELEASE reckon_caller'),
-        rollbackTo: db.prepare('ROLLBACK TO reckon_caller'),
-      };
-    }
-    return this.tx;
-  }
-
-  /**
-   * Commits every queued write in one transaction, then answers each caller.
-   *
-   * Optimistic isolation: the callers' functions first run one after the other with no
-   * savepoint around each (a savepoint costs two statements per caller, and callers almost
-   * never throw). If one throws, the whole transaction is rolled back, unseen and uncommitted,
-   * and the batch runs again with each caller in its own SAVEPOINT: the failing caller is
-   * rolled back and rejected alone, the others commit. Either way each caller's writes are
-   * atomic and nobody is answered before the COMMIT.
-   */
-  private flushWrites(o: { wait?: boolean } = {}): void {
-    this.flushScheduled = false;
-    const batch = this.writeQueue;
-    this.writeQueue = [];
-    if (batch.length === 0) return;
-    let results: BatchResult[];
-    const unsynced = batch.every((w) => w.unsynced);
-    const since = this.commits.start();
-    try {
-      if (unsynced) this.setting('synchronous = NORMAL');
-      const busy = o.wait ? undefined : this.tryBegin();
-      if (busy) {
-        // Another process holds the write lock. SQLite's busy handler would sleep the whole
-        // event loop (1, 2, 5, 10 … 100 ms a try); instead the batch (and whatever joins it)
-        // tries again in a moment while this process goes on, up to the busy timeout.
-        this.busySince ??= performance.now();
-        if (performance.now() - this.busySince < this.busyTimeoutMs) {
-          this.writeQueue = batch.concat(this.writeQueue);
-          this.flushScheduled = true;
-          setTimeout(this.flushBound, 0);
-          return;
-        }
-        this.busySince = undefined;
-        throw busy;
-      }
-      this.busySince = undefined;
-      let ran = this.runBatch(batch, { begun: !o.wait });
-      if (ran === 'isolate') {
-        // Rolled back unseen: runs again, each caller in its own savepoint, taking the lock like
-        // any batch (never a blocking BEGIN: another process may hold it by then).
-        this.newWork = false;
-        for (const w of batch) w.isolate = true;
-        if (!o.wait) {
-          this.writeQueue = batch.concat(this.writeQueue);
-          this.flushScheduled = true;
-          setImmediate(this.flushBound);
-          return;
-        }
-        ran = this.runBatch(batch, { begun: false });
-        assert(ran !== 'isolate', 'an isolated batch runs once');
-      }
-      results = ran;
-    } catch (err) {
-      this.newWork = false;
-      // BEGIN, COMMIT or an error that ended the transaction: nothing of this batch is durable.
-      const e = this.classifyWriteError(err);
-      for (const w of batch) w.reject(e);
-      return;
-    } finally {
-      if (unsynced && this.db) this.setting('synchronous = FULL');
-    }
-    // Committed: past the try, so that nothing here could be taken for a failed write.
-    this.commits.emit(unsynced ? 'claim' : 'shared', batch.length, since);
-    if (this.newWork) {
-      // Durable now: workers of other processes may claim it at once, and those of this one.
-      this.newWork = false;
-      this.wake()?.publish();
-      for (const onWork of this.localSubscribers) onWork();
-    }
-    for (let i = 0; i < batch.length; i++) {
-      const r = results[i]!;
-      if (r.ok) batch[i]!.resolve(r.value);
-      else batch[i]!.reject(this.classifyWriteError(r.err));
-    }
-  }
-
-  /**
-   * BEGIN IMMEDIATE without waiting: undefined once begun, or the SQLITE_BUSY error if another
-   * connection holds the write lock.
-   */
-  private tryBegin(): Error | undefined {
-    const tx = this.txStatements();
-    this.setting('busy_timeout = 0');
-    try {
-      tx.begin.run();
-      return undefined;
-    } catch (err) {
-      if (((err as { code?: string }).code ?? '').startsWith('SQLITE_BUSY')) return err as Error;
-      throw err;
-    } finally {
-      this.setting(`busy_timeout = ${this.busyTimeoutMs}`);
-    }
-  }
-
-  /**
-   * Sets a connection setting. Not through a statement prepared once: SQLite applies
-   * `PRAGMA busy_timeout = …` and `PRAGMA synchronous = …` while preparing them, so running a
-   * prepared one again may change nothing (the first BEGIN that met another process's lock then
-   * slept the event loop for the whole busy timeout). Through `exec`, which prepares, runs and
-   * finalizes it in native code: ≈ 0.5 µs, against ≈ 3 µs for `pragma()` and its JS statement
-   * object and result array; two to four of them a batch.
-   */
-  private setting(pragma: string): void {
-    this.conn().exec(`PRAGMA ${pragma}`);
-  }
-
-  /**
-   * The batch in the transaction just begun: all callers together, or (`isolate`, set on a batch
-   * whose first run threw) each in its own savepoint. 'isolate': the first run threw and was
-   * rolled back; the batch is to run again isolated.
-   */
-  private runBatch(
-    batch: { fn: () => unknown; isolate: boolean }[],
-    o: { begun: boolean },
-  ): BatchResult[] | 'isolate' {
-    const tx = this.txStatements();
-    if (!o.begun) tx.begin.run();
-    if (batch.length > 1 && batch.some((w) => w.isolate)) return this.runIsolated(batch);
-    const db = this.conn();
-    const values: unknown[] = new Array<unknown>(batch.length);
-    let failed: unknown = undefined;
-    let threw = false;
-    try {
-      for (let i = 0; i < batch.length; i++) values[i] = batch[i]!.fn();
-      this.flushEvents();
-    } catch (err) {
-      threw = true;
-      failed = err;
-      this.pendingEvents = [];
-    }
-    if (!threw) {
-      try {
-        tx.commit.run();
-      } catch (err) {
-        if (db.inTransaction) tx.rollback.run();
-        throw err;
-      }
-      return values.map((value) => ({ ok: true, value }));
-    }
-    // Some errors (I/O, disk full) end the whole transaction: then nothing can commit.
-    if (!db.inTransaction) throw failed;
-    tx.rollback.run();
-    if (batch.length === 1) return [{ ok: false, err: failed }];
-    return 'isolate';
-  }
-
-  /** Each caller in its own savepoint, inside the transaction begun: a throw rolls back its caller only. */
-  private runIsolated(batch: { fn: () => unknown }[]): BatchResult[] {
-    const db = this.conn();
-    const tx = this.txStatements();
-    const results: BatchResult[] = [];
-    try {
-      for (const w of batch) {
-        tx.savepoint.run();
-        try {
-          const value = w.fn();
-          this.flushEvents();
-          tx.release.run();
-          results.push({ ok: true, value });
-        } catch (err) {
-          this.pendingEvents = [];
-          if (!db.inTransaction) throw err;
-          tx.rollbackTo.run();
-          tx.release.run();
-          results.push({ ok: false, err });
-        }
-      }
-      tx.commit.run();
-    } catch (err) {
-      if (db.inTransaction) tx.rollback.run();
-      throw err;
-    }
-    return results;
-  }
-
   /** A read outside any transaction (WAL: it waits for no writer): does the query find a row? */
   private exists(sql: string, args: unknown[]): boolean {
     return this.stmt(sql).get(...args) !== undefined;
@@ -829,7 +372,7 @@ export class SqliteStore implements Store {
   }
 
   private appendEvent(e: EventInsert & { fingerprint: string }, at: number): void {
-    this.event(
+    this.writer.event(
       e.jobId,
       e.attemptNo,
       e.fingerprint,
@@ -840,52 +383,6 @@ export class SqliteStore implements Store {
       jsonOrNull(e.detail),
       at,
     );
-  }
-
-  /**
-   * Appends one event (invariant 8), from its columns: the hot paths build no object for it.
-   * Only inside a write: the events of a batch are buffered, in order, and inserted by a few
-   * multi-row statements just before its COMMIT (or at the end of each caller's savepoint);
-   * nothing in a write transaction reads events back.
-   */
-  private event(
-    jobId: string,
-    attemptNo: number | null,
-    fingerprint: string,
-    kind: string,
-    fromState: string | null,
-    toState: string | null,
-    actor: string,
-    detailJson: string | null,
-    at: number,
-  ): void {
-    this.pendingEvents.push(
-      jobId,
-      attemptNo,
-      fingerprint,
-      kind,
-      fromState,
-      toState,
-      actor,
-      detailJson,
-      at,
-    );
-  }
-
-  private flushEvents(): void {
-    const values = this.pendingEvents;
-    if (values.length === 0) return;
-    this.pendingEvents = [];
-    let at = 0;
-    while (at < values.length) {
-      const left = (values.length - at) / EVENT_COLUMNS;
-      const rows = EVENT_INSERT_ROWS.find((n) => n <= left)!;
-      const end = at + rows * EVENT_COLUMNS;
-      this.stmt(eventInsertSql(rows)).run(
-        at === 0 && end === values.length ? values : values.slice(at, end),
-      );
-      at = end;
-    }
   }
 
   /**
@@ -934,7 +431,7 @@ export class SqliteStore implements Store {
           'enqueue({ transaction }) needs a PostgreSQL store: SQLite cannot join a transaction of yours',
         ),
       );
-    return this.write(() => {
+    return this.writer.write(() => {
       const now = this.now();
       const insert = this.stmt(
         `INSERT INTO jobs (id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id, state,
@@ -990,8 +487,18 @@ export class SqliteStore implements Store {
           results.push({ job, created: false });
           continue;
         }
-        this.event(j.id, null, j.fingerprint, 'enqueued', null, 'QUEUED', p.actor, null, now);
-        this.newWork = true;
+        this.writer.event(
+          j.id,
+          null,
+          j.fingerprint,
+          'enqueued',
+          null,
+          'QUEUED',
+          p.actor,
+          null,
+          now,
+        );
+        this.writer.newWork = true;
         // The record as written, without reading it back.
         results.push({ job: newQueuedJob(j, now, backoffJson), created: true });
       }
@@ -1041,7 +548,7 @@ export class SqliteStore implements Store {
   }
 
   jobTransition(t: JobTransition): Promise<boolean> {
-    return this.write(() => {
+    return this.writer.write(() => {
       assertTransitionLegal(t);
       const now = this.now();
       const job = this.getJob(t.jobId);
@@ -1055,7 +562,7 @@ export class SqliteStore implements Store {
   }
 
   jobCancel(p: { id: string; actor: string; reason: string }): Promise<JobCancelResult | null> {
-    return this.write((): JobCancelResult | null => {
+    return this.writer.write((): JobCancelResult | null => {
       const now = this.now();
       const job = this.getJob(p.id);
       if (!job) return null;
@@ -1078,7 +585,7 @@ export class SqliteStore implements Store {
     const due = `FROM jobs INDEXED BY jobs_reconcile
       WHERE state = 'UNKNOWN' AND next_check_at <= ? AND operation IN (${ops})`;
     // Nothing due: answered by a read, without taking the write lock (see attemptClaimMany).
-    if (this.writeQueue.length === 0) {
+    if (this.writer.idle) {
       try {
         if (!this.exists(`SELECT 1 ${due} LIMIT 1`, [this.now(), ...p.operations]))
           return Promise.resolve([]);
@@ -1086,7 +593,7 @@ export class SqliteStore implements Store {
         return Promise.reject(this.classifyWriteError(err));
       }
     }
-    return this.write(() => {
+    return this.writer.write(() => {
       const now = this.now();
       const rows = this.stmt(
         `SELECT rowid AS _rowid, * ${due} ORDER BY next_check_at ${LIMIT_PARAM}`,
@@ -1121,7 +628,7 @@ export class SqliteStore implements Store {
     // or another process) does not serialize the writers. Skipped while writes of this process
     // are queued (an enqueue among them may be what this claim is for).
     const queues = p.queues.length === 1 ? p.queues : [...new Set(p.queues)];
-    if (this.writeQueue.length === 0) {
+    if (this.writer.idle) {
       try {
         if (
           !this.exists(claimProbeSql(queues.length, p.operations.length), [
@@ -1135,7 +642,7 @@ export class SqliteStore implements Store {
         return Promise.reject(this.classifyWriteError(err));
       }
     }
-    return this.write(
+    return this.writer.write(
       () => {
         const now = this.now();
         const leaseExpiresAt = now + p.leaseMs;
@@ -1173,7 +680,7 @@ export class SqliteStore implements Store {
             now,
             leaseExpiresAt,
           );
-          this.event(
+          this.writer.event(
             job.id,
             attemptNo,
             job.fingerprint,
@@ -1203,7 +710,7 @@ export class SqliteStore implements Store {
 
   attemptDispatchMany(p: { leases: LeaseRef[] }): Promise<DispatchMarkResult[]> {
     if (p.leases.length === 0) return Promise.resolve([]);
-    return this.write(() => {
+    return this.writer.write(() => {
       const now = this.now();
       const mark = this.rawStmt(
         // Every fence of invariant 3 in one conditional write: token, attempt LEASED and not
@@ -1225,7 +732,17 @@ export class SqliteStore implements Store {
           lease.attemptNo,
         ) as [leaseExpiresAt: number, ownerId: string, fingerprint: string] | undefined;
         if (r) {
-          this.event(lease.jobId, lease.attemptNo, r[2], 'dispatched', null, null, r[1], null, now);
+          this.writer.event(
+            lease.jobId,
+            lease.attemptNo,
+            r[2],
+            'dispatched',
+            null,
+            null,
+            r[1],
+            null,
+            now,
+          );
           return { ok: true, dispatchedAt: now, leaseExpiresAt: r[0] };
         }
         // It did not apply: say why, judged as before by the shared rules.
@@ -1246,7 +763,7 @@ export class SqliteStore implements Store {
 
   attemptHeartbeatMany(p: { leases: LeaseRef[]; leaseMs: number }): Promise<HeartbeatResult[]> {
     if (p.leases.length === 0) return Promise.resolve([]);
-    return this.write(() => {
+    return this.writer.write(() => {
       const now = this.now();
       const extend = this.stmt(
         `UPDATE attempts SET lease_expires_at = ?
@@ -1264,7 +781,7 @@ export class SqliteStore implements Store {
 
   attemptFinishMany(p: { finishes: AttemptFinish[] }): Promise<boolean[]> {
     if (p.finishes.length === 0) return Promise.resolve([]);
-    return this.write(() => {
+    return this.writer.write(() => {
       const now = this.now();
       return p.finishes.map((f) => {
         // The fence read first (one join, both rowids), then both rows written by rowid: cheaper
@@ -1333,12 +850,12 @@ export class SqliteStore implements Store {
       j.finishedAt,
       at.jobRowid ?? jobId,
     );
-    if (w.requeue) this.newWork = true;
+    if (w.requeue) this.writer.newWork = true;
     for (const ev of w.events) this.writeEvent(at.job, ev, j.updatedAt);
   }
 
   private writeEvent(job: Pick<JobRecord, 'id' | 'fingerprint'>, e: EventWrite, at: number): void {
-    this.event(
+    this.writer.event(
       job.id,
       e.attemptNo,
       job.fingerprint,
@@ -1363,7 +880,7 @@ export class SqliteStore implements Store {
 
   attemptExpireMany(p: { expiries: AttemptExpire[]; skewMs: number }): Promise<boolean[]> {
     if (p.expiries.length === 0) return Promise.resolve([]);
-    return this.write(() => {
+    return this.writer.write(() => {
       const now = this.now();
       return p.expiries.map((e) => {
         // Judged again under the write lock: a second reclaimer, or a late heartbeat, finds nothing to do.
@@ -1385,7 +902,7 @@ export class SqliteStore implements Store {
   // ---------------------------------------------------------------- events and stats
 
   eventAppendMany(p: { events: EventInsert[] }): Promise<void> {
-    return this.write(() => {
+    return this.writer.write(() => {
       const now = this.now();
       const fingerprintOf = this.stmt('SELECT request_fingerprint FROM jobs WHERE id = ?').pluck();
       for (const e of p.events) {
