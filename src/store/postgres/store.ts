@@ -25,8 +25,6 @@ import {
   InvalidInput,
   InvariantViolation,
   SchemaTooNew,
-  StoreFull,
-  StoreUnavailable,
   assert,
   errorMessage,
 } from '../../core/errors.js';
@@ -79,12 +77,11 @@ import {
   type FinishParams,
   type WriteSet,
 } from '../plan/index.js';
-import { GroupCommit, type GroupCommitOptions } from '../group-commit.js';
+import { GroupCommit } from '../group-commit.js';
 import { WorkListener } from './notify.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS, MIGRATIONS_TABLE_SQL } from './schema.js';
 import {
   claimLimitInline,
-  FAIL_MARK,
   NEW_JOB_SHARED,
   quoteIdent,
   SCHEMA_NAME_RE,
@@ -92,6 +89,7 @@ import {
   workChannel,
   type Statements,
 } from './statements.js';
+import { FINISH_YIELD_MS, PgConnection, pgGroupCommit, type Queryable } from './commit.js';
 
 export interface PostgresStoreOptions {
   /** `postgres://user:password@host:port/database`, optionally with `?schema=name`. */
@@ -115,31 +113,6 @@ export const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
 export const DEFAULT_QUERY_TIMEOUT_MS = 30_000;
 /** A session stuck in a transaction (a frozen or partitioned worker) gives its row locks back. */
 const IDLE_IN_TRANSACTION_TIMEOUT_MS = 60_000;
-/** Deadlock or serialization failure: the transaction was rolled back whole, so it is retried. */
-const RETRYABLE_SQLSTATES = new Set(['40P01', '40001']);
-const TX_RETRIES_MAX = 5;
-/**
- * Group commit (../group-commit.ts): merged calls of one kind running at once, and most items in
- * one. One in flight: a call goes out at once when its kind is idle, and the calls that arrive
- * while one runs go together in the next, so batches grow exactly as fast as the server is busy.
- * Each hot write is one statement (one round trip), so a second one in flight would only split
- * the batch and spend another commit and more server CPU: measured, one in flight gave more
- * throughput (c10, c50) and no worse pickup latency on a loaded 2-core machine. 1,000 items
- * keep one statement's locks and parameters small.
- */
-const GROUP_IN_FLIGHT_MAX = 1;
-const GROUP_ITEMS_MAX = 1_000;
-/**
- * Outcomes wait up to this long while dispatch markers are being written (../group-commit.ts
- * `yieldTo`). A job's function starts only once its marker is durable, so markers are on every
- * job's critical path; an outcome is not (its execution slot is already free, and its lease
- * stays fenced until it lands). Without the wait, at concurrency 10 an outcome call ran beside
- * nearly every marker call (≈ 11 outcomes each), the two backends and Node sharing the cores;
- * with it, outcomes go in calls of ≈ 30–60 and each marker commit is ≈ 15 % shorter: +10–12 %
- * jobs/s at concurrency 10, +4–7 % at 50 (30,000 jobs, interleaved). On an idle store an outcome
- * starts at once, as before.
- */
-const FINISH_YIELD_MS = 5;
 /**
  * The hot statements are prepared once per pooled connection under these names, so the server
  * parses and plans each once per connection instead of once per call. The claims' names take a
@@ -156,14 +129,6 @@ const PREPARED = {
 } as const;
 /** pg_advisory_xact_lock's first key: "reckon migrations". */
 const MIGRATION_LOCK_NAMESPACE = 0x7265636b;
-
-/** What a statement runs on: a pool client in our transaction, or the caller's client in theirs. */
-interface Queryable {
-  query<R extends pg.QueryResultRow = pg.QueryResultRow>(
-    text: string,
-    values?: unknown[],
-  ): Promise<pg.QueryResult<R>>;
-}
 
 interface LockedLease {
   job: JobRecord;
@@ -250,21 +215,20 @@ export class PostgresStore implements Store {
   private readonly channel: string;
   private readonly clientConfig: pg.ClientConfig;
   private readonly poolMax: number;
-  private pool: pg.Pool | null = null;
+  private readonly db: PgConnection;
   private listener: WorkListener | null = null;
   /** Backend process ids of the pool's connections (see `WorkListener`). */
   private readonly ownBackends = new Set<number>();
-  /** Queues that a transaction of ours made work due in, woken once it commits (see `tx`). */
-  private readonly wakesOf = new WeakMap<object, Set<string>>();
   /** Errors of idle pool connections (e.g. the server restarted); kept for health, never thrown. */
   poolErrors = 0;
   /** Concurrent callers of the hot write paths share transactions (see ../group-commit.ts). */
   private readonly inserts = new Map<string, GroupCommit<JobInsert, JobInsertResult>>();
   private readonly commits = new CommitObservers();
-  private readonly dispatches = this.groupCommit('dispatch', (leases: LeaseRef[]) =>
+  private readonly dispatches = pgGroupCommit(this.commits, 'dispatch', (leases: LeaseRef[]) =>
     this.dispatchNow(leases),
   );
-  private readonly finishes = this.groupCommit(
+  private readonly finishes = pgGroupCommit(
+    this.commits,
     'finish',
     (finishes: AttemptFinish[]) => this.finishNow(finishes),
     { group: this.dispatches, maxMs: FINISH_YIELD_MS },
@@ -280,6 +244,11 @@ export class PostgresStore implements Store {
     this.poolMax = options.poolMax ?? DEFAULT_POOL_MAX;
     if (!Number.isInteger(this.poolMax) || this.poolMax < 1 || this.poolMax > 1_000)
       throw new InvalidInput('poolMax must be an integer from 1 to 1000');
+    this.db = new PgConnection({
+      location: this.location,
+      poolMax: this.poolMax,
+      onCommitWakes: (queues) => this.wakeLocal(queues),
+    });
     this.clientConfig = {
       connectionString,
       connectionTimeoutMillis: options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS,
@@ -293,7 +262,7 @@ export class PostgresStore implements Store {
   // ---------------------------------------------------------------- lifecycle
 
   async init(): Promise<void> {
-    if (this.pool) return;
+    if (this.db.pool) return;
     const pool = new pg.Pool({ ...this.clientConfig, max: this.poolMax });
     // An idle connection that dies (server restart, network) is dropped by the pool; without a
     // listener the 'error' event would crash the process.
@@ -316,18 +285,18 @@ export class PostgresStore implements Store {
         client.once('end', () => this.ownBackends.delete(pid));
       }
     });
-    this.pool = pool;
+    this.db.pool = pool;
     try {
       await this.migrate();
     } catch (err) {
-      this.pool = null;
+      this.db.pool = null;
       await pool.end().catch(() => undefined);
       throw err;
     }
   }
 
   private async migrate(): Promise<void> {
-    await this.tx(async (c) => {
+    await this.db.tx(async (c) => {
       // One process at a time per schema; the others wait here, then find nothing to do.
       await c.query(this.sql.migrationLock, [MIGRATION_LOCK_NAMESPACE, this.schema]);
       await c.query(`CREATE SCHEMA IF NOT EXISTS ${quoteIdent(this.schema)}`);
@@ -350,184 +319,32 @@ export class PostgresStore implements Store {
   }
 
   schemaVersion(): Promise<number> {
-    return this.run((c) => this.versionOn(c), { reads: true });
+    return this.db.run((c) => this.versionOn(c), { reads: true });
   }
 
   async close(): Promise<void> {
-    const pool = this.pool;
+    const pool = this.db.pool;
     const listener = this.listener;
-    this.pool = null;
+    this.db.pool = null;
     this.listener = null;
     await listener?.stop();
     await pool?.end();
   }
 
   async clockNow(): Promise<number> {
-    const r = await this.run((c) => c.query<{ now: Date }>(this.sql.clockNow), { reads: true });
+    const r = await this.db.run((c) => c.query<{ now: Date }>(this.sql.clockNow), { reads: true });
     return toMs(r.rows[0]!.now);
   }
 
   // ---------------------------------------------------------------- connections
 
-  private groupCommit<I, O>(
-    write: string,
-    run: (items: I[]) => Promise<O[]>,
-    yieldTo?: GroupCommitOptions<I, O>['yieldTo'],
-  ): GroupCommit<I, O> {
-    return new GroupCommit({
-      run,
-      ...(yieldTo ? { yieldTo } : {}),
-      inFlightMax: GROUP_IN_FLIGHT_MAX,
-      itemsMax: GROUP_ITEMS_MAX,
-      // A connection failure may have happened during COMMIT: never re-run those.
-      isAmbiguous: (err) => err instanceof StoreUnavailable,
-      commits: { observers: this.commits, write },
-    });
-  }
-
   onCommit(fn: (c: StoreCommit) => void): () => void {
     return this.commits.add(fn);
-  }
-
-  private connPool(): pg.Pool {
-    if (!this.pool)
-      throw new StoreUnavailable(`${this.location} is closed (or init() was not called)`);
-    return this.pool;
-  }
-
-  /**
-   * Runs `fn` on a pool client outside a transaction: one statement (a write whose failure is
-   * the caller's to judge, never retried here), or reads (`reads: true`), which are retried when
-   * a pooled connection turns out dead (e.g. after a server restart). Up to poolMax + 1 tries:
-   * the pool may hold that many dead idle connections, and each failed try discards one.
-   */
-  private async run<T>(fn: (c: Queryable) => Promise<T>, o: { reads?: boolean } = {}): Promise<T> {
-    for (let tryNo = 1; ; tryNo++) {
-      try {
-        return await this.withClient(fn);
-      } catch (err) {
-        if (!o.reads || tryNo > this.poolMax || !(err instanceof StoreUnavailable)) throw err;
-      }
-    }
-  }
-
-  /**
-   * Runs one prepared statement (`name`) on a pool client: a write that is its own transaction,
-   * durable when it resolves. Retried only when nothing of it can remain: a deadlock or
-   * serialization failure (the server rolled it back whole), or a failure before it was sent (no
-   * connection could be had, or the connection was known dead). A connection lost after it was
-   * sent is ambiguous (it may have committed): reported as StoreUnavailable, never retried.
-   * An abort by `fail` (statements.ts) becomes an InvariantViolation, or what `onFail` makes of it.
-   */
-  private async statement<R extends pg.QueryResultRow>(
-    name: string,
-    text: string,
-    values: unknown[],
-    onFail?: (what: string) => Error,
-  ): Promise<pg.QueryResult<R>> {
-    for (let tryNo = 1; ; tryNo++) {
-      try {
-        return await this.withClient((c) => (c as pg.PoolClient).query<R>({ name, text, values }));
-      } catch (err) {
-        const what = failedCheck(err);
-        if (what !== undefined) throw onFail?.(what) ?? new InvariantViolation(what);
-        const code = (err as { code?: unknown }).code;
-        const retry =
-          (typeof code === 'string' && RETRYABLE_SQLSTATES.has(code) && tryNo < TX_RETRIES_MAX) ||
-          (err instanceof StoreUnavailable && this.neverSent(err) && tryNo <= this.poolMax);
-        if (!retry) throw err;
-        await new Promise((r) => setTimeout(r, 5 * tryNo + Math.random() * 20));
-      }
-    }
-  }
-
-  /** Errors of `withClient` that prove the statement never left: no connection to send it on. */
-  private readonly unsent = new WeakSet<object>();
-
-  private neverSent(err: StoreUnavailable): boolean {
-    return this.unsent.has(err) || /not queryable/i.test(errorMessage(err.cause));
-  }
-
-  /**
-   * Runs `fn` in one transaction; resolves after COMMIT. Retried whole when nothing of the try
-   * can remain: a deadlock or serialization failure (rolled back by the server), or a connection
-   * lost before COMMIT was sent (the server rolls back). A connection lost during COMMIT is
-   * ambiguous and is reported, never retried.
-   */
-  private async tx<T>(fn: (c: Queryable) => Promise<T>): Promise<T> {
-    for (let tryNo = 1; ; tryNo++) {
-      let commitSent = false;
-      try {
-        return await this.withClient(async (c) => {
-          await c.query('BEGIN');
-          const wakes = new Set<string>();
-          this.wakesOf.set(c, wakes);
-          try {
-            const value = await fn(c);
-            commitSent = true;
-            await c.query('COMMIT');
-            this.wakeLocal(wakes);
-            return value;
-          } catch (err) {
-            if (!isConnectionError(err)) await c.query('ROLLBACK').catch(() => undefined);
-            throw err;
-          }
-        });
-      } catch (err) {
-        const code = (err as { code?: unknown }).code;
-        const retry =
-          (typeof code === 'string' && RETRYABLE_SQLSTATES.has(code) && tryNo < TX_RETRIES_MAX) ||
-          (err instanceof StoreUnavailable && !commitSent && tryNo <= this.poolMax);
-        if (!retry) throw err;
-        await new Promise((r) => setTimeout(r, 5 * tryNo + Math.random() * 20));
-      }
-    }
-  }
-
-  private async withClient<T>(fn: (c: Queryable) => Promise<T>): Promise<T> {
-    let client: pg.PoolClient;
-    const pool = this.connPool();
-    try {
-      client = await pool.connect();
-    } catch (err) {
-      const e = this.classify(err);
-      this.unsent.add(e);
-      throw e;
-    }
-    // A checked-out client has no pool listener: its 'error' must be caught here, or it crashes
-    // the process. The failing query rejects on its own.
-    let broken: Error | undefined;
-    const onError = (err: Error) => {
-      broken = err;
-    };
-    client.on('error', onError);
-    try {
-      return await fn(client);
-    } catch (err) {
-      if (isConnectionError(err)) broken ??= err as Error;
-      throw this.classify(err);
-    } finally {
-      client.off('error', onError);
-      // A broken (or timed-out) connection is destroyed, never reused.
-      client.release(broken ?? false);
-    }
   }
 
   /** Work that a statement of ours made due, committed: wakes this process's subscribers. */
   private wakeLocal(queues: Iterable<string>): void {
     this.listener?.wake(queues);
-  }
-
-  /** Connection-level failures become `StoreUnavailable`; everything else is passed on as is. */
-  private classify(err: unknown): Error {
-    if (!(err instanceof Error)) return new Error(String(err));
-    // disk_full: the server refused the write whole.
-    if ((err as { code?: unknown }).code === '53100') return new StoreFull(this.location, err);
-    if (err instanceof StoreUnavailable || !isConnectionError(err)) return err;
-    return new StoreUnavailable(
-      `PostgreSQL at ${this.location} is unreachable: ${errorMessage(err)}`,
-      err,
-    );
   }
 
   // ---------------------------------------------------------------- shared steps
@@ -575,7 +392,7 @@ export class PostgresStore implements Store {
     if (w.events.length > 0) await c.query(this.sql.eventInsert, [JSON.stringify(w.events), now]);
     if (w.requeued.size > 0) {
       await c.query(this.sql.notify, [[...w.requeued], this.channel]);
-      const wakes = this.wakesOf.get(c);
+      const wakes = this.db.wakesOf.get(c);
       if (wakes) for (const q of w.requeued) wakes.add(q);
     }
     return moved;
@@ -596,7 +413,9 @@ export class PostgresStore implements Store {
     let group = this.inserts.get(p.actor);
     if (!group) {
       const actor = p.actor;
-      group = this.groupCommit('enqueue', (jobs: JobInsert[]) => this.insertNow(jobs, actor));
+      group = pgGroupCommit(this.commits, 'enqueue', (jobs: JobInsert[]) =>
+        this.insertNow(jobs, actor),
+      );
       this.inserts.set(actor, group);
     }
     return group.call(p.jobs);
@@ -610,27 +429,27 @@ export class PostgresStore implements Store {
   private async insertNow(jobs: JobInsert[], actor: string): Promise<JobInsertResult[]> {
     const keys = new Set<string>();
     for (const j of jobs) keys.add(j.requestKey);
-    if (keys.size < jobs.length) return this.tx((c) => this.insertJobs(c, jobs, actor));
+    if (keys.size < jobs.length) return this.db.tx((c) => this.insertJobs(c, jobs, actor));
     const { params, backoffJson } = newJobParams(jobs);
     if (jobs.some((j) => j.leaseTo !== undefined)) {
       try {
         return await this.insertHandingOff(jobs, actor, params, backoffJson);
       } catch (err) {
         if (!isRequestKeyTaken(err)) throw err;
-        return this.tx((c) => this.insertJobs(c, jobs, actor));
+        return this.db.tx((c) => this.insertJobs(c, jobs, actor));
       }
     }
     const queues = [...new Set(jobs.map((j) => j.queue))];
     let r: pg.QueryResult<{ now: number }>;
     try {
-      r = await this.statement<{ now: number }>(
+      r = await this.db.statement<{ now: number }>(
         PREPARED.jobInsertAllNew,
         this.sql.jobInsertAllNew,
         [...params, actor, queues, this.channel],
       );
     } catch (err) {
       if (!isRequestKeyTaken(err)) throw err;
-      return this.tx((c) => this.insertJobs(c, jobs, actor));
+      return this.db.tx((c) => this.insertJobs(c, jobs, actor));
     }
     this.wakeLocal(queues);
     const now = r.rows[0]!.now;
@@ -650,7 +469,7 @@ export class PostgresStore implements Store {
   ): Promise<JobInsertResult[]> {
     const offers = jobs.filter((j) => j.leaseTo !== undefined);
     const tokens = new Map(offers.map((j) => [j.id, newLeaseToken()]));
-    const r = await this.statement<{ now: number; handed_ids: string[] }>(
+    const r = await this.db.statement<{ now: number; handed_ids: string[] }>(
       PREPARED.jobInsertHandOff,
       this.sql.jobInsertHandOff,
       [
@@ -715,7 +534,7 @@ export class PostgresStore implements Store {
       return value;
     } catch (err) {
       await c.query('ROLLBACK TO SAVEPOINT reckon_enqueue').catch(() => undefined);
-      throw this.classify(err);
+      throw this.db.classify(err);
     }
   }
 
@@ -742,7 +561,7 @@ export class PostgresStore implements Store {
     ]);
     const now = r.rows[0]!.now;
     const inserted = new Set(r.rows[0]!.ids);
-    const wakes = this.wakesOf.get(c);
+    const wakes = this.db.wakesOf.get(c);
     if (wakes) for (const j of batch) if (inserted.has(j.id)) wakes.add(j.queue);
     const results = new Array<JobInsertResult | undefined>(jobs.length);
     const backoffOf = new Map(batch.map((j, i) => [j, backoffJson[i]]));
@@ -780,7 +599,7 @@ export class PostgresStore implements Store {
   }
 
   async jobGet(p: { id: string }): Promise<JobDetail | null> {
-    const r = await this.run(
+    const r = await this.db.run(
       (c) =>
         c.query<{ job: JobRow; attempts: AttemptRow[]; events: EventRow[] }>(this.sql.jobDetail, [
           p.id,
@@ -810,13 +629,13 @@ export class PostgresStore implements Store {
     const sql =
       `${this.sql.jobListBase} ${where.length ? 'WHERE ' + where.join(' AND ') : ''}` +
       ` ORDER BY id DESC LIMIT ${param(p.limit)}`;
-    const r = await this.run((c) => c.query<JobRow>(sql, args), { reads: true });
+    const r = await this.db.run((c) => c.query<JobRow>(sql, args), { reads: true });
     return r.rows.map(jobFromRow);
   }
 
   async jobTransition(t: JobTransition): Promise<boolean> {
     assertTransitionLegal(t);
-    return this.tx(async (c) => {
+    return this.db.tx(async (c) => {
       const { job, now } = await this.lockJob(c, t.jobId);
       const attempt =
         job && job.attemptCount > 0
@@ -864,7 +683,7 @@ export class PostgresStore implements Store {
     actor: string;
     reason: string;
   }): Promise<JobCancelResult | null> {
-    return this.tx(async (c): Promise<JobCancelResult | null> => {
+    return this.db.tx(async (c): Promise<JobCancelResult | null> => {
       const { job, now } = await this.lockJob(c, p.id);
       if (!job) return null;
       const attempt =
@@ -885,7 +704,7 @@ export class PostgresStore implements Store {
     holdMs: number;
   }): Promise<ClaimedAttempt[]> {
     if (p.operations.length === 0 || p.limit <= 0) return [];
-    const r = await this.run((c) =>
+    const r = await this.db.run((c) =>
       c.query<{ job: JobRow; attempt: AttemptRow | null }>(this.sql.jobReconcileClaim, [
         p.operations,
         p.limit,
@@ -914,7 +733,7 @@ export class PostgresStore implements Store {
     const one = queues.length === 1;
     const inline = claimLimitInline(p.limit);
     const since = this.commits.start();
-    const r = await this.statement<ClaimRow>(
+    const r = await this.db.statement<ClaimRow>(
       `${one ? PREPARED.attemptClaim : PREPARED.attemptClaimQueues}_${inline ? p.limit : 'n'}`,
       (one ? this.sql.attemptClaim : this.sql.attemptClaimQueues)(inline ? String(p.limit) : '$5'),
       [one ? queues[0] : queues, p.operations, p.ownerId, p.leaseMs, ...(inline ? [] : [p.limit])],
@@ -941,7 +760,7 @@ export class PostgresStore implements Store {
    * lease unexpired on the clock read after the locks), mark, append `dispatched` events.
    */
   private async dispatchNow(leases: LeaseRef[]): Promise<DispatchMarkResult[]> {
-    const r = await this.statement<{
+    const r = await this.db.statement<{
       status: string;
       lease_expires_at: number | null;
       now: number;
@@ -966,7 +785,7 @@ export class PostgresStore implements Store {
     let group = this.heartbeats.get(p.leaseMs);
     if (!group) {
       const leaseMs = p.leaseMs;
-      group = this.groupCommit('heartbeat', (leases: LeaseRef[]) =>
+      group = pgGroupCommit(this.commits, 'heartbeat', (leases: LeaseRef[]) =>
         this.heartbeatNow(leases, leaseMs),
       );
       this.heartbeats.set(leaseMs, group);
@@ -980,11 +799,11 @@ export class PostgresStore implements Store {
       attempt_no: l.attemptNo,
       lease_token: l.leaseToken,
     }));
-    const r = await this.statement<{ job_id: string; attempt_no: number; lease_expires_at: Date }>(
-      PREPARED.attemptHeartbeat,
-      this.sql.attemptHeartbeat,
-      [JSON.stringify(refs), leaseMs],
-    );
+    const r = await this.db.statement<{
+      job_id: string;
+      attempt_no: number;
+      lease_expires_at: Date;
+    }>(PREPARED.attemptHeartbeat, this.sql.attemptHeartbeat, [JSON.stringify(refs), leaseMs]);
     const extended = new Map(
       r.rows.map((row) => [leaseKey(row.job_id, row.attempt_no), toMs(row.lease_expires_at)]),
     );
@@ -1014,7 +833,7 @@ export class PostgresStore implements Store {
     // What the plan decides without the rows; the statement adds the fence and the clock.
     const planned = finishes.map(finishParams);
     const pcol = <T>(fn: (f: FinishParams) => T): T[] => planned.map(fn);
-    const r = await this.statement<{ applied: boolean; requeued: string | null }>(
+    const r = await this.db.statement<{ applied: boolean; requeued: string | null }>(
       PREPARED.attemptFinish,
       this.sql.attemptFinish,
       [
@@ -1054,7 +873,7 @@ export class PostgresStore implements Store {
   }
 
   async attemptExpiredList(p: { skewMs: number; limit: number }): Promise<ExpiredAttempt[]> {
-    const r = await this.run(
+    const r = await this.db.run(
       (c) =>
         c.query<{ job: JobRow; attempt: AttemptRow }>(this.sql.attemptExpiredList, [
           p.skewMs,
@@ -1070,7 +889,7 @@ export class PostgresStore implements Store {
 
   async attemptExpireMany(p: { expiries: AttemptExpire[]; skewMs: number }): Promise<boolean[]> {
     if (p.expiries.length === 0) return [];
-    return this.tx(async (c) => {
+    return this.db.tx(async (c) => {
       const { now, locked } = await this.lockLeases(
         c,
         p.expiries.map((e) => e.lease),
@@ -1110,12 +929,12 @@ export class PostgresStore implements Store {
       actor: e.actor,
       detail_json: jsonOrNull(e.detail),
     }));
-    await this.run((c) => c.query(this.sql.eventAppend, [JSON.stringify(rows)]));
+    await this.db.run((c) => c.query(this.sql.eventAppend, [JSON.stringify(rows)]));
   }
 
   async statsGet(): Promise<StoreStats> {
     // Counting every job is a scan: allowed here (see the pool's `connect` handler).
-    const r = await this.tx(async (c) => {
+    const r = await this.db.tx(async (c) => {
       await c.query('SET LOCAL enable_seqscan = on');
       return c.query<{
         now: Date;
@@ -1159,7 +978,7 @@ export class PostgresStore implements Store {
     queues: string[];
     onWork: () => void;
   }): Promise<{ close(): Promise<void> }> {
-    this.connPool();
+    this.db.connPool();
     this.listener ??= new WorkListener(this.clientConfig, this.channel, (pid) =>
       this.ownBackends.has(pid),
     );
@@ -1199,16 +1018,6 @@ function finishViolation(
     if (err instanceof InvariantViolation) return err;
     throw err;
   }
-}
-
-/** The check named by a statement that statements.ts's `fail` aborted, or undefined for other errors. */
-function failedCheck(err: unknown): string | undefined {
-  if (!(err instanceof Error) || (err as { code?: unknown }).code !== '22P02') return undefined;
-  const at = err.message.indexOf(FAIL_MARK);
-  if (at < 0) return undefined;
-  const rest = err.message.slice(at + FAIL_MARK.length);
-  const end = rest.lastIndexOf('"');
-  return end >= 0 ? rest.slice(0, end) : rest;
 }
 
 /**
@@ -1332,31 +1141,3 @@ function splitSchema(
 function redact(url: string): string {
   return url.replace(/(\/\/[^:/@]+):[^@/]*@/, '$1:***@');
 }
-
-/**
- * Is this a failure to reach the server, rather than an answer from it? Driver errors without a
- * SQLSTATE can only be told apart by their message; SQLSTATE class 08 is "connection exception",
- * 57P01-57P03 are shutdowns, 3D000 a missing database, 28xxx refused credentials.
- */
-function isConnectionError(err: unknown): boolean {
-  if (!(err instanceof Error) || err instanceof InvariantViolation) return false;
-  const code = (err as { code?: unknown }).code;
-  if (typeof code === 'string') {
-    if (NET_CODES.has(code)) return true;
-    if (/^(08|28)/.test(code) || ['57P01', '57P02', '57P03', '3D000'].includes(code)) return true;
-  }
-  return /Connection terminated|connection timeout|timeout expired|Query read timeout|not queryable|Client was closed|Connection ended/i.test(
-    err.message,
-  );
-}
-
-const NET_CODES = new Set([
-  'ECONNREFUSED',
-  'ECONNRESET',
-  'ENOTFOUND',
-  'EAI_AGAIN',
-  'ETIMEDOUT',
-  'EHOSTUNREACH',
-  'ENETUNREACH',
-  'EPIPE',
-]);
