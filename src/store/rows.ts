@@ -5,8 +5,8 @@
 import type { ErrorInfo } from '../core/errors.js';
 import type { Json } from '../core/json.js';
 import type { BackoffPolicy } from '../core/retry.js';
-import type { AttemptState, JobState, Resolution } from '../core/states.js';
-import type { AttemptRecord, EventRecord, JobInsert, JobRecord } from './store.js';
+import { JOB_STATES, type AttemptState, type JobState, type Resolution } from '../core/states.js';
+import type { AttemptRecord, EventRecord, JobInsert, JobRecord, StoreStats } from './store.js';
 
 type Time = number | string | Date | bigint;
 type MaybeTime = Time | null;
@@ -234,4 +234,42 @@ export function backoffOf(json: string): BackoffPolicy {
     backoffs.set(json, b);
   }
   return b;
+}
+
+/** The rows of a stats read, as both stores' queries return them (times as the driver gives them). */
+export interface StatsRows {
+  now: Time;
+  counts: { queue: string; state: JobState; n: number | string }[];
+  oldest: { queue: string; t: Time }[];
+  byOperation: { operation: string; unknown: number | string; needs_review: number | string }[];
+  expired: number | string;
+}
+
+/** `StoreStats` from its rows: every state counted (0 when absent), queues in name order. */
+export function statsFromRows(r: StatsRows): StoreStats {
+  const byQueue = new Map<string, StoreStats['queues'][number]>();
+  const entry = (queue: string) => {
+    let q = byQueue.get(queue);
+    if (!q) {
+      q = {
+        queue,
+        counts: Object.fromEntries(JOB_STATES.map((s) => [s, 0])) as Record<JobState, number>,
+        oldestDueAt: null,
+      };
+      byQueue.set(queue, q);
+    }
+    return q;
+  };
+  for (const c of r.counts) entry(c.queue).counts[c.state] = Number(c.n);
+  for (const o of r.oldest) entry(o.queue).oldestDueAt = toMs(o.t);
+  return {
+    now: toMs(r.now),
+    queues: [...byQueue.values()].sort((a, b) => a.queue.localeCompare(b.queue)),
+    byOperation: r.byOperation.map((b) => ({
+      operation: b.operation,
+      unknown: Number(b.unknown),
+      needsReview: Number(b.needs_review),
+    })),
+    expiredLeases: Number(r.expired),
+  };
 }

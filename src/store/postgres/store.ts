@@ -28,7 +28,7 @@ import {
   assert,
   errorMessage,
 } from '../../core/errors.js';
-import { JOB_STATES, type JobState } from '../../core/states.js';
+import type { JobState } from '../../core/states.js';
 import { assertFinishLegal, assertTransitionLegal, newLeaseToken } from '../rules.js';
 import {
   attemptFromRow,
@@ -37,6 +37,7 @@ import {
   jsonOrNull,
   newLeasedAttempt,
   newQueuedJob,
+  statsFromRows,
   toMs,
   type AttemptRow,
   type EventRow,
@@ -945,31 +946,7 @@ export class PostgresStore implements Store {
       }>(this.sql.stats);
     });
     const row = r.rows[0]!;
-    const byQueue = new Map<string, StoreStats['queues'][number]>();
-    const entry = (queue: string) => {
-      let q = byQueue.get(queue);
-      if (!q) {
-        q = {
-          queue,
-          counts: Object.fromEntries(JOB_STATES.map((s) => [s, 0])) as Record<JobState, number>,
-          oldestDueAt: null,
-        };
-        byQueue.set(queue, q);
-      }
-      return q;
-    };
-    for (const c of row.counts) entry(c.queue).counts[c.state] = c.n;
-    for (const o of row.oldest) entry(o.queue).oldestDueAt = toMs(o.t);
-    return {
-      now: toMs(row.now),
-      queues: [...byQueue.values()].sort((a, b) => a.queue.localeCompare(b.queue)),
-      byOperation: row.by_operation.map((b) => ({
-        operation: b.operation,
-        unknown: b.unknown,
-        needsReview: b.needs_review,
-      })),
-      expiredLeases: row.expired,
-    };
+    return statsFromRows({ ...row, byOperation: row.by_operation });
   }
 
   // ---------------------------------------------------------------- notifications

@@ -18,7 +18,6 @@ import {
   assert,
 } from '../../core/errors.js';
 import type { AttemptState, JobState } from '../../core/states.js';
-import { JOB_STATES } from '../../core/states.js';
 import { assertTransitionLegal, leaseHolds, newLeaseToken } from '../rules.js';
 import {
   attemptFromRow,
@@ -27,6 +26,7 @@ import {
   jsonOrNull,
   newLeasedAttempt,
   newQueuedJob,
+  statsFromRows,
   type AttemptRow,
   type EventRow,
   type JobRow,
@@ -966,21 +966,6 @@ export class SqliteStore implements Store {
       const oldest = this.stmt(
         `SELECT queue, min(run_at) AS t FROM jobs WHERE state = 'QUEUED' AND run_at <= ? GROUP BY queue`,
       ).all(now) as { queue: string; t: number }[];
-      const byQueue = new Map<string, StoreStats['queues'][number]>();
-      const entry = (queue: string) => {
-        let q = byQueue.get(queue);
-        if (!q) {
-          q = {
-            queue,
-            counts: Object.fromEntries(JOB_STATES.map((s) => [s, 0])) as Record<JobState, number>,
-            oldestDueAt: null,
-          };
-          byQueue.set(queue, q);
-        }
-        return q;
-      };
-      for (const c of counts) entry(c.queue).counts[c.state] = c.n;
-      for (const o of oldest) entry(o.queue).oldestDueAt = o.t;
       const byOperation = this.stmt(
         `SELECT operation, sum(state = 'UNKNOWN') AS unknown, sum(state = 'NEEDS_REVIEW') AS needs_review
          FROM jobs WHERE state IN ('UNKNOWN','NEEDS_REVIEW') GROUP BY operation`,
@@ -988,16 +973,7 @@ export class SqliteStore implements Store {
       const expired = this.stmt(
         `SELECT count(*) AS n FROM attempts WHERE state = 'LEASED' AND lease_expires_at <= ?`,
       ).get(now) as { n: number };
-      return {
-        now,
-        queues: [...byQueue.values()].sort((a, b) => a.queue.localeCompare(b.queue)),
-        byOperation: byOperation.map((r) => ({
-          operation: r.operation,
-          unknown: r.unknown,
-          needsReview: r.needs_review,
-        })),
-        expiredLeases: expired.n,
-      };
+      return statsFromRows({ now, counts, oldest, byOperation, expired: expired.n });
     });
   }
 }
