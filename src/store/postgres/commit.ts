@@ -13,6 +13,8 @@ import {
 } from '../../core/errors.js';
 import type { CommitObservers } from '../commit-observers.js';
 import { GroupCommit, type GroupCommitOptions } from '../group-commit.js';
+import type { EventWrite as PlannedEvent, WriteSet } from '../plan/index.js';
+import type { JobRecord } from '../store.js';
 import { FAIL_MARK } from './statements.js';
 
 /** Deadlock or serialization failure: the transaction was rolled back whole, so it is retried. */
@@ -255,3 +257,70 @@ const NET_CODES = new Set([
   'ENETUNREACH',
   'EPIPE',
 ]);
+
+/** An event row as `eventInsert` takes it. */
+export interface EventWrite {
+  job_id: string;
+  attempt_no: number | null;
+  request_fingerprint: string;
+  kind: string;
+  from_state: string | null;
+  to_state: string | null;
+  actor: string;
+  detail_json: string | null;
+}
+
+/**
+ * The writes of one transaction in the shapes of `attemptEnd`, `jobUpdate` and `eventInsert`,
+ * gathered from plans so that each kind is one batched statement.
+ */
+export class TxWrites {
+  readonly jobs: Record<string, unknown>[] = [];
+  readonly attemptEnds: Record<string, unknown>[] = [];
+  readonly events: EventWrite[] = [];
+  readonly requeued = new Set<string>();
+
+  /** What a plan decided for `job` (its resolution, if any, is written by the caller). */
+  add(job: JobRecord, w: WriteSet): void {
+    const e = w.attemptEnd;
+    if (e)
+      this.attemptEnds.push({
+        job_id: job.id,
+        attempt_no: e.attemptNo,
+        lease_token: e.leaseToken,
+        state: e.state,
+        finished_at: e.finishedAt,
+        result_json: e.resultJson,
+        error_json: e.errorJson,
+        reason: e.reason,
+      });
+    const j = w.job;
+    this.jobs.push({
+      id: job.id,
+      state: j.state,
+      updated_at: j.updatedAt,
+      run_at: j.runAt,
+      next_check_at: j.nextCheckAt,
+      lookup_failures: j.lookupFailures,
+      result_json: j.resultJson,
+      error_json: j.errorJson,
+      finished_at: j.finishedAt,
+    });
+    for (const ev of w.events) this.events.push(eventRow(job, ev));
+    if (w.requeue) this.requeued.add(job.queue);
+  }
+}
+
+/** A planned event as `eventInsert` takes it. */
+export function eventRow(job: Pick<JobRecord, 'id' | 'fingerprint'>, e: PlannedEvent): EventWrite {
+  return {
+    job_id: job.id,
+    attempt_no: e.attemptNo,
+    request_fingerprint: job.fingerprint,
+    kind: e.kind,
+    from_state: e.fromState,
+    to_state: e.toState,
+    actor: e.actor,
+    detail_json: e.detailJson,
+  };
+}

@@ -21,22 +21,15 @@
  * with `StoreUnavailable` until the server is back, and the pool reconnects by itself.
  */
 import pg from 'pg';
-import {
-  InvalidInput,
-  InvariantViolation,
-  SchemaTooNew,
-  assert,
-  errorMessage,
-} from '../../core/errors.js';
+import { InvalidInput, InvariantViolation, SchemaTooNew, assert } from '../../core/errors.js';
 import type { JobState } from '../../core/states.js';
-import { assertFinishLegal, assertTransitionLegal, newLeaseToken } from '../rules.js';
+import { assertFinishLegal, assertTransitionLegal } from '../rules.js';
 import {
   attemptFromRow,
   eventFromRow,
   jobFromRow,
   jsonOrNull,
   newLeasedAttempt,
-  newQueuedJob,
   statsFromRows,
   toMs,
   type AttemptRow,
@@ -67,30 +60,32 @@ import type {
 } from '../store.js';
 import { CommitObservers } from '../commit-observers.js';
 import {
-  dedupEvent,
   finishParams,
   isTerminal,
   planCancel,
-  planDedup,
   planExpire,
   planTransition,
-  type EventWrite as PlannedEvent,
   type FinishParams,
-  type WriteSet,
 } from '../plan/index.js';
 import { GroupCommit } from '../group-commit.js';
 import { WorkListener } from './notify.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS, MIGRATIONS_TABLE_SQL } from './schema.js';
 import {
   claimLimitInline,
-  NEW_JOB_SHARED,
   quoteIdent,
   SCHEMA_NAME_RE,
   statements,
   workChannel,
   type Statements,
 } from './statements.js';
-import { FINISH_YIELD_MS, PgConnection, pgGroupCommit, type Queryable } from './commit.js';
+import { JobInserter } from './insert.js';
+import {
+  FINISH_YIELD_MS,
+  PgConnection,
+  TxWrites,
+  pgGroupCommit,
+  type Queryable,
+} from './commit.js';
 
 export interface PostgresStoreOptions {
   /** `postgres://user:password@host:port/database`, optionally with `?schema=name`. */
@@ -120,8 +115,6 @@ const IDLE_IN_TRANSACTION_TIMEOUT_MS = 60_000;
  * suffix: their limit, or `n` for the one statement of the other sizes (`claimLimitInline`).
  */
 const PREPARED = {
-  jobInsertAllNew: 'reckon_job_insert_all_new',
-  jobInsertHandOff: 'reckon_job_insert_hand_off',
   attemptClaim: 'reckon_attempt_claim',
   attemptClaimQueues: 'reckon_attempt_claim_queues',
   attemptDispatch: 'reckon_attempt_dispatch',
@@ -134,72 +127,6 @@ const MIGRATION_LOCK_NAMESPACE = 0x7265636b;
 interface LockedLease {
   job: JobRecord;
   attempt: AttemptRecord;
-}
-
-interface EventWrite {
-  job_id: string;
-  attempt_no: number | null;
-  request_fingerprint: string;
-  kind: string;
-  from_state: string | null;
-  to_state: string | null;
-  actor: string;
-  detail_json: string | null;
-}
-
-/**
- * The writes of one transaction in the shapes of `attemptEnd`, `jobUpdate` and `eventInsert`,
- * gathered from plans so that each kind is one batched statement.
- */
-class TxWrites {
-  readonly jobs: Record<string, unknown>[] = [];
-  readonly attemptEnds: Record<string, unknown>[] = [];
-  readonly events: EventWrite[] = [];
-  readonly requeued = new Set<string>();
-
-  /** What a plan decided for `job` (its resolution, if any, is written by the caller). */
-  add(job: JobRecord, w: WriteSet): void {
-    const e = w.attemptEnd;
-    if (e)
-      this.attemptEnds.push({
-        job_id: job.id,
-        attempt_no: e.attemptNo,
-        lease_token: e.leaseToken,
-        state: e.state,
-        finished_at: e.finishedAt,
-        result_json: e.resultJson,
-        error_json: e.errorJson,
-        reason: e.reason,
-      });
-    const j = w.job;
-    this.jobs.push({
-      id: job.id,
-      state: j.state,
-      updated_at: j.updatedAt,
-      run_at: j.runAt,
-      next_check_at: j.nextCheckAt,
-      lookup_failures: j.lookupFailures,
-      result_json: j.resultJson,
-      error_json: j.errorJson,
-      finished_at: j.finishedAt,
-    });
-    for (const ev of w.events) this.events.push(eventRow(job, ev));
-    if (w.requeue) this.requeued.add(job.queue);
-  }
-}
-
-/** A planned event as `eventInsert` takes it. */
-function eventRow(job: Pick<JobRecord, 'id' | 'fingerprint'>, e: PlannedEvent): EventWrite {
-  return {
-    job_id: job.id,
-    attempt_no: e.attemptNo,
-    request_fingerprint: job.fingerprint,
-    kind: e.kind,
-    from_state: e.fromState,
-    to_state: e.toState,
-    actor: e.actor,
-    detail_json: e.detailJson,
-  };
 }
 
 export class PostgresStore implements Store {
@@ -217,13 +144,13 @@ export class PostgresStore implements Store {
   private readonly clientConfig: pg.ClientConfig;
   private readonly poolMax: number;
   private readonly db: PgConnection;
+  private readonly inserter: JobInserter;
   private listener: WorkListener | null = null;
   /** Backend process ids of the pool's connections (see `WorkListener`). */
   private readonly ownBackends = new Set<number>();
   /** Errors of idle pool connections (e.g. the server restarted); kept for health, never thrown. */
   poolErrors = 0;
   /** Concurrent callers of the hot write paths share transactions (see ../group-commit.ts). */
-  private readonly inserts = new Map<string, GroupCommit<JobInsert, JobInsertResult>>();
   private readonly commits = new CommitObservers();
   private readonly dispatches = pgGroupCommit(this.commits, 'dispatch', (leases: LeaseRef[]) =>
     this.dispatchNow(leases),
@@ -249,6 +176,14 @@ export class PostgresStore implements Store {
       location: this.location,
       poolMax: this.poolMax,
       onCommitWakes: (queues) => this.wakeLocal(queues),
+    });
+    this.inserter = new JobInserter({
+      db: this.db,
+      sql: this.sql,
+      channel: this.channel,
+      commits: this.commits,
+      wakeLocal: (queues) => this.wakeLocal(queues),
+      clockOn: (c) => this.clockOn(c),
     });
     this.clientConfig = {
       connectionString,
@@ -401,202 +336,12 @@ export class PostgresStore implements Store {
 
   // ---------------------------------------------------------------- jobs
 
-  async jobInsertMany(p: {
+  jobInsertMany(p: {
     jobs: JobInsert[];
     actor: string;
     transaction?: unknown;
   }): Promise<JobInsertResult[]> {
-    if (p.jobs.length === 0) return [];
-    if (p.transaction !== undefined) {
-      const client = callerClient(p.transaction);
-      return this.inCallerTransaction(client, (c) => this.insertJobs(c, p.jobs, p.actor));
-    }
-    let group = this.inserts.get(p.actor);
-    if (!group) {
-      const actor = p.actor;
-      group = pgGroupCommit(this.commits, 'enqueue', (jobs: JobInsert[]) =>
-        this.insertNow(jobs, actor),
-      );
-      this.inserts.set(actor, group);
-    }
-    return group.call(p.jobs);
-  }
-
-  /**
-   * The common case, every key new, is one statement (insert, events, wake-ups) that reads
-   * nothing back; when a key exists, or the jobs (merged callers) name one twice, it writes
-   * nothing and the general path below decides in a transaction (dedup or RequestKeyConflict).
-   */
-  private async insertNow(jobs: JobInsert[], actor: string): Promise<JobInsertResult[]> {
-    const keys = new Set<string>();
-    for (const j of jobs) keys.add(j.requestKey);
-    if (keys.size < jobs.length) return this.db.tx((c) => this.insertJobs(c, jobs, actor));
-    const { params, backoffJson } = newJobParams(jobs);
-    if (jobs.some((j) => j.leaseTo !== undefined)) {
-      try {
-        return await this.insertHandingOff(jobs, actor, params, backoffJson);
-      } catch (err) {
-        if (!isRequestKeyTaken(err)) throw err;
-        return this.db.tx((c) => this.insertJobs(c, jobs, actor));
-      }
-    }
-    const queues = [...new Set(jobs.map((j) => j.queue))];
-    let r: pg.QueryResult<{ now: number }>;
-    try {
-      r = await this.db.statement<{ now: number }>(
-        PREPARED.jobInsertAllNew,
-        this.sql.jobInsertAllNew,
-        [...params, actor, queues, this.channel],
-      );
-    } catch (err) {
-      if (!isRequestKeyTaken(err)) throw err;
-      return this.db.tx((c) => this.insertJobs(c, jobs, actor));
-    }
-    this.wakeLocal(queues);
-    const now = r.rows[0]!.now;
-    return jobs.map((j, i) => ({ job: newQueuedJob(j, now, backoffJson[i]), created: true }));
-  }
-
-  /**
-   * `insertNow` with hand-offs (`JobInsert.leaseTo`): one statement inserts the jobs and leases
-   * those it may to the idle workers offered, as a claim would (attempt 1, its `leased` event).
-   * Wakes only the queues that got a job nobody was handed: a woken worker would find nothing.
-   */
-  private async insertHandingOff(
-    jobs: JobInsert[],
-    actor: string,
-    params: unknown[],
-    backoffJson: string[],
-  ): Promise<JobInsertResult[]> {
-    const offers = jobs.filter((j) => j.leaseTo !== undefined);
-    const tokens = new Map(offers.map((j) => [j.id, newLeaseToken()]));
-    const r = await this.db.statement<{ now: number; handed_ids: string[] }>(
-      PREPARED.jobInsertHandOff,
-      this.sql.jobInsertHandOff,
-      [
-        ...params,
-        actor,
-        this.channel,
-        offers.map((j) => j.id),
-        offers.map((j) => j.leaseTo!.ownerId),
-        offers.map((j) => j.leaseTo!.leaseMs),
-        offers.map((j) => tokens.get(j.id)!),
-      ],
-    );
-    const row = r.rows[0]!;
-    const now = row.now;
-    const handed = new Set(row.handed_ids);
-    const wakes = new Set<string>();
-    const results = jobs.map((j, i): JobInsertResult => {
-      const job = newQueuedJob(j, now, backoffJson[i]);
-      if (!handed.has(j.id)) {
-        wakes.add(j.queue);
-        return { job, created: true };
-      }
-      job.state = 'LEASED';
-      job.attemptCount = 1;
-      const leased = { ...job };
-      const attempt = newLeasedAttempt(leased, {
-        ownerId: j.leaseTo!.ownerId,
-        leaseToken: tokens.get(j.id)!,
-        leasedAt: now,
-        // As the statement computed it: now and the lease are whole milliseconds.
-        leaseExpiresAt: now + j.leaseTo!.leaseMs,
-      });
-      return { job, created: true, claimed: { job: leased, attempt } };
-    });
-    this.wakeLocal(wakes);
-    return results;
-  }
-
-  /**
-   * Runs on the caller's connection, inside the caller's open transaction (the outbox pattern):
-   * the jobs exist iff that transaction commits. A savepoint keeps the batch atomic and, on a
-   * RequestKeyConflict, leaves the caller's transaction usable.
-   */
-  private async inCallerTransaction<T>(c: Queryable, fn: (c: Queryable) => Promise<T>): Promise<T> {
-    const status = (c as { getTransactionStatus?: () => string | null }).getTransactionStatus?.();
-    if (status === 'I')
-      throw new InvalidInput(
-        'enqueue({ transaction }) needs a client with an open transaction: run BEGIN on it first',
-      );
-    try {
-      await c.query('SAVEPOINT reckon_enqueue');
-      // Durable when the caller commits, whatever their session's default.
-      await c.query('SET LOCAL synchronous_commit = on');
-    } catch (err) {
-      throw new InvalidInput(
-        `enqueue({ transaction }) could not use the given client: ${errorMessage(err)}`,
-      );
-    }
-    try {
-      const value = await fn(c);
-      await c.query('RELEASE SAVEPOINT reckon_enqueue');
-      return value;
-    } catch (err) {
-      await c.query('ROLLBACK TO SAVEPOINT reckon_enqueue').catch(() => undefined);
-      throw this.db.classify(err);
-    }
-  }
-
-  /**
-   * The general enqueue, inside a transaction (ours or the caller's). Each job is judged as if
-   * the jobs came one call after the other: the first job naming a key inserts it when it is
-   * new; a job whose key exists by then (in the store, or from an earlier job of these) gets
-   * that job when the fingerprints match (a recorded dedup), else the whole call fails with
-   * RequestKeyConflict and writes nothing (invariant 9).
-   */
-  private async insertJobs(
-    c: Queryable,
-    jobs: JobInsert[],
-    actor: string,
-  ): Promise<JobInsertResult[]> {
-    const firsts = new Map<string, JobInsert>();
-    for (const j of jobs) if (!firsts.has(j.requestKey)) firsts.set(j.requestKey, j);
-    const batch = firsts.size === jobs.length ? jobs : [...firsts.values()];
-    const { params, backoffJson } = newJobParams(batch);
-    const r = await c.query<{ now: number; ids: string[] }>(this.sql.jobInsert, [
-      ...params,
-      actor,
-      this.channel,
-    ]);
-    const now = r.rows[0]!.now;
-    const inserted = new Set(r.rows[0]!.ids);
-    const wakes = this.db.wakesOf.get(c);
-    if (wakes) for (const j of batch) if (inserted.has(j.id)) wakes.add(j.queue);
-    const results = new Array<JobInsertResult | undefined>(jobs.length);
-    const backoffOf = new Map(batch.map((j, i) => [j, backoffJson[i]]));
-    const later: number[] = [];
-    jobs.forEach((j, i) => {
-      if (firsts.get(j.requestKey) === j && inserted.has(j.id))
-        results[i] = { job: newQueuedJob(j, now, backoffOf.get(j)), created: true };
-      else later.push(i);
-    });
-    if (later.length > 0) {
-      // A new statement sees rows that concurrent enqueues committed while this one waited, and
-      // those this call has just inserted.
-      const existing = await c.query<JobRow>(this.sql.jobByKeys, [
-        [...new Set(later.map((i) => jobs[i]!.requestKey))],
-      ]);
-      const found = new Map(existing.rows.map((row) => [row.request_key, row]));
-      const dedup: EventWrite[] = [];
-      for (const i of later) {
-        const j = jobs[i]!;
-        const row = found.get(j.requestKey);
-        assert(row, `request key ${j.requestKey} was neither inserted nor found`);
-        // A conflict throws, rolling the whole batch back: nothing is written (invariant 9).
-        planDedup(
-          { id: row.id, operation: row.operation, fingerprint: row.request_fingerprint },
-          j,
-        );
-        const job = jobFromRow(row);
-        results[i] = { job, created: false };
-        dedup.push(eventRow(job, dedupEvent(j.requestKey, actor)));
-      }
-      const eventsAt = await this.clockOn(c);
-      await c.query(this.sql.eventInsert, [JSON.stringify(dedup), eventsAt]);
-    }
-    return results as JobInsertResult[];
+    return this.inserter.insertMany(p);
   }
 
   async jobGet(p: { id: string }): Promise<JobDetail | null> {
@@ -995,96 +740,6 @@ function finishViolation(
     if (err instanceof InvariantViolation) return err;
     throw err;
   }
-}
-
-/**
- * The parameters of new jobs as `jobInsert` and `jobInsertAllNew` take them (statements.ts
- * `NEW_JOB_SHARED`): ids, keys, fingerprints and inputs as arrays; every other column as one
- * scalar when all the jobs share its value, else as an array. Also each job's backoff as written
- * (jobs of one operation share one policy object: serialized once).
- */
-function newJobParams(jobs: JobInsert[]): { params: unknown[]; backoffJson: string[] } {
-  const n = jobs.length;
-  const ids = new Array<string>(n);
-  const keys = new Array<string>(n);
-  const fingerprints = new Array<string>(n);
-  const inputs = new Array<string>(n);
-  const backoffJson = new Array<string>(n);
-  let lastBackoff: unknown = undefined;
-  let lastJson = '';
-  for (let i = 0; i < n; i++) {
-    const j = jobs[i]!;
-    ids[i] = j.id;
-    keys[i] = j.requestKey;
-    fingerprints[i] = j.fingerprint;
-    inputs[i] = j.inputJson;
-    if (j.backoff !== lastBackoff) {
-      lastBackoff = j.backoff;
-      lastJson = JSON.stringify(j.backoff);
-    }
-    backoffJson[i] = lastJson;
-  }
-  const params: unknown[] = [ids, keys, fingerprints, inputs];
-  for (const [name] of NEW_JOB_SHARED) {
-    const values: unknown[] =
-      name === 'backoff_json' ? backoffJson : jobs.map((j) => sharedColumn(j, name));
-    const first = values[0];
-    if (values.every((v) => v === first)) params.push(first, []);
-    else params.push(null, values);
-  }
-  return { params, backoffJson };
-}
-
-/** A shared column's value for one job; backoff_json is serialized once, by `newJobParams`. */
-function sharedColumn(
-  j: JobInsert,
-  name: Exclude<(typeof NEW_JOB_SHARED)[number][0], 'backoff_json'>,
-): unknown {
-  switch (name) {
-    case 'queue':
-      return j.queue;
-    case 'operation':
-      return j.operation;
-    case 'run_id':
-      return j.runId;
-    case 'step_id':
-      return j.stepId;
-    case 'priority':
-      return j.priority;
-    case 'delay_ms':
-      return j.delayMs;
-    case 'run_at':
-      return j.runAt;
-    case 'max_attempts':
-      return j.maxAttempts;
-    case 'timeout_ms':
-      return j.timeoutMs;
-    case 'reconcile_grace_ms':
-      return j.reconcileGraceMs;
-  }
-}
-
-/** A unique violation of the request key: some job of the insert names a key that exists. */
-function isRequestKeyTaken(err: unknown): boolean {
-  const e = err as { code?: unknown; constraint?: unknown };
-  return e.code === '23505' && e.constraint === REQUEST_KEY_CONSTRAINT;
-}
-
-/** The UNIQUE constraint of jobs.request_key (schema.ts), as PostgreSQL names it. */
-const REQUEST_KEY_CONSTRAINT = 'jobs_request_key_key';
-
-/** The caller's client for a transactional enqueue: anything with pg's `query` method. */
-function callerClient(transaction: unknown): Queryable {
-  if (
-    typeof transaction !== 'object' ||
-    transaction === null ||
-    typeof (transaction as { query?: unknown }).query !== 'function'
-  ) {
-    throw new InvalidInput(
-      'transaction must be a pg Client or PoolClient with an open transaction (BEGIN already run)',
-    );
-  }
-  return transaction as Queryable;
 }
 
 /** Takes `?schema=` out of the URL (it is reckon's, not the driver's) and validates the name. */
