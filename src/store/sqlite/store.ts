@@ -8,7 +8,6 @@
  */
 import Database from 'better-sqlite3';
 import {
-  InvalidInput,
   SchemaTooNew,
   StoreCorrupt,
   StoreFull,
@@ -25,7 +24,6 @@ import {
   jobFromRow,
   jsonOrNull,
   newLeasedAttempt,
-  newQueuedJob,
   statsFromRows,
   type AttemptRow,
   type EventRow,
@@ -55,9 +53,7 @@ import type {
 } from '../store.js';
 import { CommitObservers } from '../commit-observers.js';
 import {
-  dedupEvent,
   planCancel,
-  planDedup,
   planExpire,
   planFinish,
   planTransition,
@@ -65,6 +61,7 @@ import {
   type WriteSet,
 } from '../plan/index.js';
 import { SqliteWriter } from './commit.js';
+import { JobInserter } from './insert.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS, addColumn, rewriteTables } from './schema.js';
 import {
   CLAIM_LEASE,
@@ -153,6 +150,7 @@ export class SqliteStore implements Store {
   private readonly localSubscribers = new Set<() => void>();
   private readonly commits = new CommitObservers();
   private readonly writer: SqliteWriter;
+  private readonly inserter: JobInserter;
 
   constructor(private readonly options: SqliteStoreOptions) {
     this.location = `sqlite:${options.path}`;
@@ -169,6 +167,12 @@ export class SqliteStore implements Store {
         this.wake()?.publish();
         for (const onWork of this.localSubscribers) onWork();
       },
+    });
+    this.inserter = new JobInserter({
+      writer: this.writer,
+      now: () => this.now(),
+      stmt: (sql) => this.stmt(sql),
+      writeEvent: (job, e, at) => this.writeEvent(job, e, at),
     });
   }
 
@@ -425,85 +429,7 @@ export class SqliteStore implements Store {
     actor: string;
     transaction?: unknown;
   }): Promise<JobInsertResult[]> {
-    if (p.transaction !== undefined)
-      return Promise.reject(
-        new InvalidInput(
-          'enqueue({ transaction }) needs a PostgreSQL store: SQLite cannot join a transaction of yours',
-        ),
-      );
-    return this.writer.write(() => {
-      const now = this.now();
-      const insert = this.stmt(
-        `INSERT INTO jobs (id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id, state,
-           priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms, reconcile_grace_ms)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'QUEUED', ?, ?, ?, ?, ?, ?, ?, ?)
-         ON CONFLICT (request_key) DO NOTHING`,
-      );
-      const results: JobInsertResult[] = [];
-      // Jobs of one operation share one policy object: serialized once per batch.
-      let lastBackoff: unknown = undefined;
-      let backoffJson = '';
-      for (const j of p.jobs) {
-        if (j.backoff !== lastBackoff) {
-          lastBackoff = j.backoff;
-          backoffJson = JSON.stringify(j.backoff);
-        }
-        const runAt = j.runAt ?? now + j.delayMs;
-        // A known request key inserts nothing (only that conflict is ignored: any other throws).
-        const inserted =
-          insert.run(
-            j.id,
-            j.queue,
-            j.operation,
-            j.inputJson,
-            j.requestKey,
-            j.fingerprint,
-            j.runId,
-            j.stepId,
-            j.priority,
-            runAt,
-            now,
-            now,
-            j.maxAttempts,
-            backoffJson,
-            j.timeoutMs,
-            j.reconcileGraceMs,
-          ).changes === 1;
-        if (!inserted) {
-          const existing = this.stmt('SELECT * FROM jobs WHERE request_key = ?').get(
-            j.requestKey,
-          ) as JobRow;
-          // A conflict throws, rolling the whole batch back: nothing is written (invariant 9).
-          planDedup(
-            {
-              id: existing.id,
-              operation: existing.operation,
-              fingerprint: existing.request_fingerprint,
-            },
-            j,
-          );
-          const job = jobFromRow(existing);
-          this.writeEvent(job, dedupEvent(j.requestKey, p.actor), now);
-          results.push({ job, created: false });
-          continue;
-        }
-        this.writer.event(
-          j.id,
-          null,
-          j.fingerprint,
-          'enqueued',
-          null,
-          'QUEUED',
-          p.actor,
-          null,
-          now,
-        );
-        this.writer.newWork = true;
-        // The record as written, without reading it back.
-        results.push({ job: newQueuedJob(j, now, backoffJson), created: true });
-      }
-      return results;
-    });
+    return this.inserter.insertMany(p);
   }
 
   jobGet(p: { id: string }): Promise<JobDetail | null> {
