@@ -1,6 +1,7 @@
 /**
  * Operations are the user's code: one side effect each (DESIGN §4).
  */
+import type { ZodType } from 'zod';
 import { InvalidInput } from './errors.js';
 import { normalizeRetry, type RetryPolicy } from './retry.js';
 
@@ -66,6 +67,15 @@ export const DEFAULT_RECONCILE: ReconcilePolicy = {
 export interface OperationSpec<I, R> {
   /** Unique, e.g. `payments.charge`. Letters, digits, `.`, `_`, `-`, `:`, `/`. */
   name: string;
+  /**
+   * The input as a zod 4 schema: enqueue parses with it (a typed `InvalidInput` naming the field)
+   * and agent tools get its JSON Schema. `validate`, if given too, runs after it.
+   */
+  input?: ZodType<I>;
+  /** What the operation does, for people and models (agent tools use it as their description). */
+  description?: string;
+  /** Its side effect cannot be undone (an email, a charge). Default true; tools pass it on as a hint. */
+  destructive?: boolean;
   /** Checks and narrows the input at enqueue (for example a zod schema's `parse`). A throw rejects the enqueue. */
   validate?: (input: unknown) => I;
   /** The parts of the input that identify the request; canonical JSON, SHA-256. Default: the whole input. */
@@ -90,6 +100,8 @@ export interface Operation<I = unknown, R = unknown> {
   readonly timeoutMs: number;
   readonly reconcile: ReconcilePolicy;
   readonly idempotentWithKey: boolean;
+  /** Checks the input at enqueue: the `input` schema, then `validate`. */
+  readonly parseInput: ((input: unknown) => I) | undefined;
   /** Which path reconciles an UNKNOWN attempt of this operation (DESIGN §4). */
   readonly recovery: 'lookup' | 'same-key' | 'review';
   /** Brand, so a module's exports can be scanned for operations. */
@@ -126,6 +138,8 @@ export function defineOperation<I, R>(spec: OperationSpec<I, R>): Operation<I, R
       `${where}: reconcile needs graceMs >= 0, maxLookups >= 1, lookupBackoffMs >= 0`,
     );
   }
+  if (spec.input !== undefined && typeof spec.input?.safeParse !== 'function')
+    throw new InvalidInput(`${where}: input must be a zod schema (z.object({ … }))`);
   const idempotentWithKey = spec.idempotentWithKey ?? false;
   return Object.freeze({
     name: spec.name,
@@ -134,9 +148,27 @@ export function defineOperation<I, R>(spec: OperationSpec<I, R>): Operation<I, R
     timeoutMs,
     reconcile,
     idempotentWithKey,
+    parseInput: inputParser(spec),
     recovery: spec.lookup ? 'lookup' : idempotentWithKey ? 'same-key' : 'review',
     __reckonOperation: true,
   } as const);
+}
+
+function inputParser<I>(spec: OperationSpec<I, unknown>): ((input: unknown) => I) | undefined {
+  const { input: schema, validate } = spec;
+  if (!schema) return validate;
+  return (input) => {
+    const parsed = schema.safeParse(input);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0]!;
+      const field = issue.path.map(String).join('.');
+      throw new InvalidInput(
+        field ? `${field}: ${issue.message}` : issue.message,
+        ['$', ...issue.path.map(String)].join('.'),
+      );
+    }
+    return validate ? validate(parsed.data) : parsed.data;
+  };
 }
 
 export function isOperation(value: unknown): value is Operation {

@@ -247,10 +247,13 @@ export class Queue {
     if (typeof item !== 'object' || item === null)
       throw new InvalidInput(`${what}: each item is { input, key?, … }`);
     let input: unknown = item.input;
-    if (op.spec.validate) {
+    if (op.parseInput) {
       try {
-        input = op.spec.validate(input);
+        input = op.parseInput(input);
       } catch (err) {
+        // The input schema's error names the field: kept, with where it was.
+        if (err instanceof InvalidInput && op.spec.input)
+          throw new InvalidInput(`${what} rejected by ${op.name}: ${err.message}`, err.path);
         throw new InvalidInput(
           `${what} rejected by ${op.name}.validate: ${err instanceof Error ? err.message : String(err)}`,
         );
