@@ -54,14 +54,19 @@ export {
   LeaseLost,
   InvariantViolation,
   IllegalTransition,
+  OutcomePending,
+  QueueClosed,
 } from './core/errors.js';
-export type { ErrorInfo } from './core/errors.js';
+export type { ErrorInfo, OutcomeEvidence } from './core/errors.js';
 export { JOB_STATES, ATTEMPT_STATES, describeJobTransitions } from './core/states.js';
 export type { JobState, AttemptState, Resolution } from './core/states.js';
 export { fingerprintOf, canonicalJson } from './core/json.js';
 export type { RetryPolicy, BackoffPolicy } from './core/retry.js';
 export { Queue } from './runtime/queue.js';
 export type { QueueOptions, EnqueueOptions, EnqueuedJob, JobsQuery } from './runtime/queue.js';
+export type { CallOptions } from './runtime/queue.js';
+export { DEFAULT_WAIT_MS } from './runtime/outcomes.js';
+export type { CallOutcome, WaitOptions } from './runtime/outcomes.js';
 export { Worker } from './runtime/worker.js';
 export type { WorkerOptions, JobEvent } from './runtime/worker.js';
 export type { ResolveOptions, ReviewDecision } from './runtime/review.js';

@@ -16,6 +16,13 @@ import { Reclaimer } from './reclaimer.js';
 import { Review } from './review.js';
 import { LIMITS } from './settings.js';
 import { Worker, type WorkerOptions } from './worker.js';
+import {
+  OutcomeWaiters,
+  outcomeOf,
+  waitOptions,
+  type CallOutcome,
+  type WaitOptions,
+} from './outcomes.js';
 
 export interface QueueOptions {
   /** Operations known by name, for `enqueue('name', …)` and the CLI. */
@@ -28,6 +35,8 @@ export interface QueueOptions {
   faults?: Faults;
   /** Receives what the runtime does, for metrics (see `Metrics` in reckon's observe module). */
   observer?: RuntimeObserver;
+  /** How often `call`/`waitFor` waiters poll the store besides its notifications (ms). Default 1000. */
+  outcomePollMs?: number;
 }
 
 export interface EnqueueOptions {
@@ -50,6 +59,9 @@ export interface EnqueueOptions {
    */
   transaction?: unknown;
 }
+
+/** `q.call`'s options: where the job goes (as for enqueue) and how long to wait for its outcome. */
+export type CallOptions = Omit<EnqueueOptions, 'transaction'> & WaitOptions;
 
 /** What enqueue returns: the job as stored, and whether this call created it. */
 export type EnqueuedJob = JobRecord & { deduplicated: boolean };
@@ -79,6 +91,7 @@ export class Queue {
   private readonly workers = new Set<Worker>();
   private closed = false;
   private stopObservingCommits: (() => void) | undefined;
+  private readonly outcomes: OutcomeWaiters;
 
   constructor(store: Store, options: QueueOptions = {}) {
     this.store = store;
@@ -92,6 +105,16 @@ export class Queue {
       throw new InvalidInput('payloadBytesMax must be a positive integer (bytes)');
     for (const op of options.operations ?? []) this.register(op);
     this.review = new Review(this);
+    const pollMs = options.outcomePollMs;
+    if (pollMs !== undefined && (!Number.isInteger(pollMs) || pollMs < 1 || pollMs > 3_600_000))
+      throw new InvalidInput('outcomePollMs must be an integer from 1 to 3600000 (ms)');
+    this.outcomes = new OutcomeWaiters(store, {
+      log: this.log,
+      ...(pollMs !== undefined ? { pollMs } : {}),
+      ...(this.observer.callWaiters
+        ? { onCount: this.observer.callWaiters.bind(this.observer) }
+        : {}),
+    });
     this.notifier.setMaxListeners(0);
     const storeCommit = this.observer.storeCommit?.bind(this.observer);
     if (storeCommit && store.onCommit)
@@ -339,6 +362,40 @@ export class Queue {
       throw new InvalidInput(`${what}: ${name} contains control characters`);
   }
 
+  /**
+   * Enqueues the job, or attaches to the job its request key already names (same operation and
+   * fingerprint; another is `RequestKeyConflict`), and waits for its outcome, as seen from any
+   * process. Rejects with `OutcomePending` when the wait ends before an outcome (the job goes on).
+   */
+  async call<I, O>(
+    op: Operation<I, O> | string,
+    input: I,
+    options: CallOptions = {},
+  ): Promise<CallOutcome<O>> {
+    this.assertOpen();
+    const timeoutMs = waitOptions(options, 'call');
+    const { timeoutMs: _t, signal, ...enqueue } = options;
+    if ((enqueue as EnqueueOptions).transaction !== undefined)
+      throw new InvalidInput(
+        'call: a transaction is not supported (the job must commit before the wait)',
+      );
+    // An aborted caller starts nothing.
+    signal?.throwIfAborted();
+    const job = await this.enqueue(op, input, enqueue);
+    const known = outcomeOf(job);
+    if (known) return known as CallOutcome<O>;
+    return (await this.outcomes.wait(job.id, timeoutMs, signal)) as CallOutcome<O>;
+  }
+
+  /** Waits for a known job's outcome, as `call` does (`JobNotFound` for an id that does not exist). */
+  async waitFor<O = Json>(jobId: string, options: WaitOptions = {}): Promise<CallOutcome<O>> {
+    this.assertOpen();
+    if (typeof jobId !== 'string' || jobId.length === 0)
+      throw new InvalidInput('waitFor: job id must be a non-empty string');
+    const timeoutMs = waitOptions(options, 'waitFor');
+    return (await this.outcomes.wait(jobId, timeoutMs, options?.signal)) as CallOutcome<O>;
+  }
+
   /** The job with its attempts and events, or null. */
   async job(id: string): Promise<JobDetail | null> {
     this.assertOpen();
@@ -419,6 +476,7 @@ export class Queue {
     if (this.closed) return;
     await Promise.all([...this.workers].map((w) => w.stop()));
     this.closed = true;
+    await this.outcomes.close();
     this.stopObservingCommits?.();
     await this.store.close();
   }

@@ -222,6 +222,14 @@ export interface StoreStats {
   expiredLeases: number;
 }
 
+/** A job's state as an outcome waiter reads it (`jobStateMany`): the result and error only when terminal. */
+export interface JobStateRow {
+  id: string;
+  state: JobState;
+  result: Json | null;
+  error: ErrorInfo | null;
+}
+
 export interface StoreCapabilities {
   /** Whose clock judges leases. */
   readonly clock: 'host' | 'database';
@@ -314,6 +322,21 @@ export interface Store {
    * effort: workers still poll, so a lost notification only costs latency.
    */
   workSubscribe?(p: { queues: string[]; onWork: () => void }): Promise<{ close(): Promise<void> }>;
+  /**
+   * Optional: the states of these jobs in one read (ids that do not exist are left out), for
+   * outcome waiters (`q.call`, `q.waitFor`); without it the queue reads each job.
+   */
+  jobStateMany?(p: { ids: string[] }): Promise<JobStateRow[]>;
+  /**
+   * Optional: calls `onChange` soon after jobs reach a terminal or waiting state (SUCCEEDED,
+   * FAILED, CANCELLED, UNKNOWN, NEEDS_REVIEW, AWAITING_APPROVAL), committed by any process. An
+   * empty list means "jobs may have changed, which ones is not known" (e.g. after a reconnect):
+   * check every job you wait for. Best effort: waiters still poll, so a lost notification only
+   * costs latency.
+   */
+  jobChangeSubscribe?(p: {
+    onChange: (jobIds: string[]) => void;
+  }): Promise<{ close(): Promise<void> }>;
   /**
    * Optional: `fn` hears of every successful commit of shared writes from now on (for metrics;
    * it must be quick and must not throw). Returns the function that stops it.

@@ -66,6 +66,7 @@ import type {
   JobInsertResult,
   JobListParams,
   JobRecord,
+  JobStateRow,
   JobTransition,
   LeaseRef,
   Store,
@@ -76,6 +77,7 @@ import type {
 import { CommitObservers } from '../commit-observers.js';
 import { GroupCommit, type GroupCommitOptions } from '../group-commit.js';
 import { WorkListener } from './listener.js';
+import { jobChangesSubscribe, jobStatesRead } from './outcome-notify.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS, MIGRATIONS_TABLE_SQL } from './schema.js';
 import {
   claimLimitInline,
@@ -1289,6 +1291,18 @@ export class PostgresStore implements Store {
       this.ownBackends.has(pid),
     );
     return this.listener.subscribe(p.queues, p.onWork);
+  }
+
+  /** Outcome waiters' reads and wake-ups: see outcome-notify.ts. */
+  jobStateMany(p: { ids: string[] }): Promise<JobStateRow[]> {
+    return this.run((c) => jobStatesRead(c, this.schema, p.ids), { reads: true });
+  }
+
+  jobChangeSubscribe(p: {
+    onChange: (jobIds: string[]) => void;
+  }): Promise<{ close(): Promise<void> }> {
+    this.connPool();
+    return jobChangesSubscribe({ config: this.clientConfig, schema: this.schema, ...p });
   }
 }
 

@@ -146,6 +146,25 @@ ALTER TABLE events
 DROP INDEX events_job;
 `,
   },
+  {
+    // Outcome notifications (outcome-notify.ts): a job reaching a terminal or waiting state
+    // NOTIFYs "<schema>_outcome" with its id, so that `q.call`/`q.waitFor` waiters in any
+    // process wake without polling, and no statement of the hot path changes. The WHEN clause
+    // keeps the function off every other update (claims, heartbeats' neighbours).
+    version: 4,
+    name: 'outcome notifications',
+    sql: `
+CREATE FUNCTION jobs_notify_outcome() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_notify(TG_TABLE_SCHEMA || '_outcome', NEW.id);
+  RETURN NULL;
+END $$;
+CREATE TRIGGER jobs_outcome AFTER UPDATE OF state ON jobs FOR EACH ROW
+  WHEN (NEW.state IS DISTINCT FROM OLD.state AND NEW.state IN
+    ('SUCCEEDED','FAILED','CANCELLED','UNKNOWN','NEEDS_REVIEW','AWAITING_APPROVAL'))
+  EXECUTE FUNCTION jobs_notify_outcome();
+`,
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

@@ -54,6 +54,7 @@ import type {
   JobInsertResult,
   JobListParams,
   JobRecord,
+  JobStateRow,
   JobTransition,
   LeaseRef,
   Store,
@@ -64,6 +65,7 @@ import type {
 import { CommitObservers } from '../commit-observers.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS, type Migration } from './schema.js';
 import { WakeChannel, wakeDirectory } from './wake.js';
+import { jobChangesSubscribe, jobStatesRead } from './outcome-notify.js';
 
 export interface SqliteStoreOptions {
   /** File path, or `:memory:` (one process only). */
@@ -1501,6 +1503,17 @@ export class SqliteStore implements Store {
         return Promise.resolve();
       },
     };
+  }
+
+  /** Outcome waiters' reads and wake-ups: see outcome-notify.ts. */
+  jobStateMany(p: { ids: string[] }): Promise<JobStateRow[]> {
+    return this.read(() => jobStatesRead(this.conn(), p.ids));
+  }
+
+  jobChangeSubscribe(p: {
+    onChange: (jobIds: string[]) => void;
+  }): Promise<{ close(): Promise<void> }> {
+    return jobChangesSubscribe({ db: this.conn(), isOpen: () => this.db !== null, ...p });
   }
 
   onCommit(fn: (c: StoreCommit) => void): () => void {
