@@ -48,9 +48,12 @@ function emailOperation({ name, approval }) {
     timeoutMs: Number(process.env.EMAIL_TIMEOUT_MS ?? 30_000),
     reconcile: { graceMs: Number(process.env.EMAIL_GRACE_MS ?? 5_000), lookupBackoffMs: 200 },
     async lookup(requestKey, _input, ctx) {
-      const res = await fetch(`${mailboxEnv().url}/messages?key=${encodeURIComponent(requestKey)}`, {
-        signal: ctx.signal,
-      });
+      const res = await fetch(
+        `${mailboxEnv().url}/messages?key=${encodeURIComponent(requestKey)}`,
+        {
+          signal: ctx.signal,
+        },
+      );
       if (!res.ok) throw new Error(`mailbox answered HTTP ${res.status}`); // inconclusive
       const { messages } = await res.json();
       if (messages.length === 0) return { found: false };

@@ -53,7 +53,9 @@ export function durableTool<I, R>(
 ): Tool<I, ToolAnswer> {
   const { runId } = options;
   if (typeof runId !== 'string' || runId.length === 0)
-    throw new TypeError('durableTool needs a runId: the id of the agent run, stable across replays');
+    throw new TypeError(
+      'durableTool needs a runId: the id of the agent run, stable across replays',
+    );
   const any = op as AnyOperation;
   const t = tool<I, ToolAnswer>({
     description: describe(any, options.description),

@@ -54,7 +54,8 @@ export function createMcpServer(q: McpQueue, options: McpServerOptions): Server 
   for (const op of options.operations) {
     const name = mcpToolName(op);
     const other = byTool.get(name);
-    if (other) throw new InvalidInput(`operations ${other.name} and ${op.name} share tool name ${name}`);
+    if (other)
+      throw new InvalidInput(`operations ${other.name} and ${op.name} share tool name ${name}`);
     byTool.set(name, op);
   }
   const extra = jobTools(q, options.approvals ?? 'none');
@@ -78,7 +79,7 @@ export function createMcpServer(q: McpQueue, options: McpServerOptions): Server 
     if (own) return own.call(args).catch(toolError);
     const op = byTool.get(name);
     if (!op) return toolError(new InvalidInput(`unknown tool ${JSON.stringify(name)}`));
-    const given = (_meta)?.[KEY_META];
+    const given = _meta?.[KEY_META];
     if (given !== undefined && (typeof given !== 'string' || given.length === 0))
       return toolError(new InvalidInput(`_meta["${KEY_META}"] must be a non-empty string`));
     const scope = options.scope ?? ctx.sessionId ?? fallbackScope;

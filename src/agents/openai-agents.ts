@@ -62,7 +62,9 @@ export function durableTool<I, R>(
 ): FunctionTool<unknown, never, ToolAnswer> {
   const { runId } = options;
   if (typeof runId !== 'string' || runId.length === 0)
-    throw new TypeError('durableTool needs a runId: the id of the agent run, stable across replays');
+    throw new TypeError(
+      'durableTool needs a runId: the id of the agent run, stable across replays',
+    );
   const any = op as AnyOperation;
   const name = options.name ?? toolNameOf(op);
   const t = tool({
@@ -73,7 +75,8 @@ export function durableTool<I, R>(
     strict: false,
     execute: async (input: unknown, _ctx, details): Promise<ToolAnswer> => {
       const callId = details?.toolCall?.callId;
-      if (!callId) throw new Error('reckon durableTool: the SDK gave no call id for this tool call');
+      if (!callId)
+        throw new Error('reckon durableTool: the SDK gave no call id for this tool call');
       return callAsTool({
         q,
         op: any,
@@ -87,7 +90,13 @@ export function durableTool<I, R>(
       ? {
           needsApproval: async (_ctx: unknown, input: unknown, callId?: string) =>
             callId !== undefined &&
-            (await needsReckonApproval({ q, op: any, input: parsed(input), runId, stepId: callId })),
+            (await needsReckonApproval({
+              q,
+              op: any,
+              input: parsed(input),
+              runId,
+              stepId: callId,
+            })),
         }
       : {}),
   }) as unknown as FunctionTool<unknown, never, ToolAnswer>;

@@ -5,28 +5,16 @@
  * never an exception a framework would hand back as an error for the model to retry blindly.
  */
 import { z } from 'zod';
-import type { ErrorInfo } from '../core/errors.js';
+import { OutcomePending, type ErrorInfo } from '../core/errors.js';
 import type { Json } from '../core/json.js';
 import type { AnyOperation } from '../core/operation.js';
+import type { CallOutcome } from '../runtime/outcomes.js';
+import type { CallOptions } from '../runtime/queue.js';
 import type { JobDetail, JobRecord } from '../store/store.js';
-
-/** `q.call`'s options (issue #23). */
-export interface CallOptions {
-  key?: string;
-  runId?: string;
-  stepId?: string;
-  timeoutMs?: number;
-  signal?: AbortSignal;
-}
-
-/** What `q.call` resolves with. */
-export type CallOutcome =
-  | { state: 'SUCCEEDED'; result: unknown; jobId: string }
-  | { state: 'FAILED' | 'CANCELLED'; error: unknown; jobId: string };
 
 /** The part of `Queue` the adapters use, so any queue (or a test double of it) fits. */
 export interface AgentQueue {
-  call(op: AnyOperation, input: unknown, options: CallOptions): Promise<CallOutcome>;
+  call(op: AnyOperation, input: unknown, options: CallOptions): Promise<CallOutcome<unknown>>;
   enqueue(
     op: AnyOperation,
     input: unknown,
@@ -92,7 +80,7 @@ export async function callAsTool(p: {
   }
 }
 
-export function answerOf(out: CallOutcome, requestKey: string): ToolAnswer {
+export function answerOf(out: CallOutcome<unknown>, requestKey: string): ToolAnswer {
   if (out.state === 'SUCCEEDED')
     return { status: 'succeeded', jobId: out.jobId, requestKey, result: out.result };
   const reason = reasonOf(out.error);
@@ -121,12 +109,9 @@ interface Pending {
   evidence?: unknown;
 }
 
-/** `OutcomePending` (matched by code, as every reckon error is). */
-export function asPending(err: unknown): Pending | undefined {
-  if (typeof err !== 'object' || err === null) return undefined;
-  const e = err as { code?: unknown; jobId?: unknown; state?: unknown; evidence?: unknown };
-  if (e.code !== 'OUTCOME_PENDING' || typeof e.jobId !== 'string') return undefined;
-  return { jobId: e.jobId, state: String(e.state), evidence: e.evidence };
+function asPending(err: unknown): Pending | undefined {
+  if (!(err instanceof OutcomePending)) return undefined;
+  return { jobId: err.jobId, state: err.state, evidence: err.evidence };
 }
 
 export function pendingAnswer(p: Pending, requestKey: string): ToolAnswer {

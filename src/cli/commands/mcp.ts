@@ -75,7 +75,7 @@ export function registerMcp(program: Command): void {
         approvals: flags.approvals,
         ...(flags.scope !== undefined ? { scope: flags.scope } : {}),
       };
-      const queue = q as unknown as McpQueue;
+      const queue: McpQueue = q;
       if (flags.http === undefined) {
         const { closed } = await mcp.serveStdio(queue, options);
         await Promise.race([closed, stopSignal()]);
