@@ -29,7 +29,7 @@ export function registerMcp(program: Command): void {
     .summary('serve the operations as tools of an MCP server (stdio or Streamable HTTP)')
     .description(
       'Each operation of --operations becomes an MCP tool (its input schema, destructive and ' +
-        'idempotent hints); each call is a durable job. A call is keyed by the client\'s ' +
+        "idempotent hints); each call is a durable job. A call is keyed by the client's " +
         '_meta["reckon/key"], or by a key derived from the arguments within --scope (default: ' +
         'the MCP session), and waits up to --wait-ms for the outcome. A pending outcome answers ' +
         'with the job id and state; the reckon_job tool reads it later.\n\n' +
@@ -37,10 +37,22 @@ export function registerMcp(program: Command): void {
         'stderr; stdout is the MCP stream.',
     )
     .requiredOption('--operations <module>', OPERATIONS_HELP)
-    .option('--http <port>', 'serve Streamable HTTP at /mcp on this port (0 = any free port)', intOption(0, 65_535))
+    .option(
+      '--http <port>',
+      'serve Streamable HTTP at /mcp on this port (0 = any free port)',
+      intOption(0, 65_535),
+    )
     .option('--host <host>', 'address for --http (no auth: keep it on loopback)', '127.0.0.1')
-    .option('--scope <id>', 'scope of derived keys, e.g. the agent run id (default: the MCP session)')
-    .option('--wait-ms <ms>', 'how long a call waits for its outcome', intOption(0, 3_600_000), 30_000)
+    .option(
+      '--scope <id>',
+      'scope of derived keys, e.g. the agent run id (default: the MCP session)',
+    )
+    .option(
+      '--wait-ms <ms>',
+      'how long a call waits for its outcome',
+      intOption(0, 3_600_000),
+      30_000,
+    )
     .addOption(
       new Option('--approvals <mode>', 'expose the approval queue: list, or decide too')
         .choices(['none', 'list', 'decide'])
@@ -78,9 +90,15 @@ export function registerMcp(program: Command): void {
       const queue: McpQueue = q;
       if (flags.http === undefined) {
         const { closed } = await mcp.serveStdio(queue, options);
-        await Promise.race([closed, stopSignal()]);
+        // The client went away (even killed, without closing): stdin ends, so do we.
+        const stdinEnded = new Promise<void>((resolve) => process.stdin.once('end', resolve));
+        await Promise.race([closed, stdinEnded, stopSignal()]);
       } else {
-        const endpoint = await mcp.serveHttp(queue, { ...options, port: flags.http, host: flags.host });
+        const endpoint = await mcp.serveHttp(queue, {
+          ...options,
+          port: flags.http,
+          host: flags.host,
+        });
         process.stderr.write(`reckon: MCP server at ${endpoint.url}\n`);
         await stopSignal();
         await endpoint.close();
