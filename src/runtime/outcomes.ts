@@ -159,6 +159,7 @@ export class OutcomeWaiters {
   async wait(jobId: string, timeoutMs: number, signal?: AbortSignal): Promise<CallOutcome> {
     if (this.closed) throw new QueueClosed(jobId);
     await this.subscribe();
+    if (this.closed) throw new QueueClosed(jobId);
     return new Promise<CallOutcome>((resolve, reject) => {
       const w: Waiter = {
         jobId,
@@ -168,33 +169,22 @@ export class OutcomeWaiters {
         timer: undefined,
         cleanup: () => undefined,
       };
+      // An aborted signal or no time at all: answered from what the journal says now.
+      if (signal?.aborted) return void this.givingUp(w, 'aborted', signal.reason);
+      if (timeoutMs === 0) return void this.givingUp(w, 'timeout');
       // Registered before the first read: a change committed in between is not missed.
       this.add(w);
-      void this.first(w, timeoutMs, signal);
+      w.timer = setTimeout(() => void this.givingUp(w, 'timeout'), timeoutMs);
+      if (signal) {
+        const onAbort = () => void this.givingUp(w, 'aborted', signal.reason);
+        signal.addEventListener('abort', onAbort, { once: true });
+        w.cleanup = () => signal.removeEventListener('abort', onAbort);
+      }
+      // The first read joins the others of this turn: a thousand calls, a few queries.
+      this.changed.add(jobId);
+      this.readChanged();
+      this.schedulePoll();
     });
-  }
-
-  private async first(w: Waiter, timeoutMs: number, signal?: AbortSignal): Promise<void> {
-    let row: JobStateRow | undefined;
-    try {
-      [row] = await this.read([w.jobId]);
-    } catch (err) {
-      this.settle(w, { err });
-      return;
-    }
-    if (!row) return this.settle(w, { err: new JobNotFound(w.jobId) });
-    const outcome = outcomeOf(row);
-    if (outcome) return this.settle(w, { outcome });
-    if (w.settled) return;
-    if (signal?.aborted) return void this.givingUp(w, 'aborted', signal.reason);
-    if (timeoutMs === 0) return void this.givingUp(w, 'timeout');
-    w.timer = setTimeout(() => void this.givingUp(w, 'timeout'), timeoutMs);
-    if (signal) {
-      const onAbort = () => void this.givingUp(w, 'aborted', signal.reason);
-      signal.addEventListener('abort', onAbort, { once: true });
-      w.cleanup = () => signal.removeEventListener('abort', onAbort);
-    }
-    this.schedulePoll();
   }
 
   /** The wait is over without an outcome: OutcomePending with the job's evidence. */
