@@ -26,6 +26,7 @@ import {
   type TestStore,
 } from './helpers/stores.js';
 import { until } from './reliability/harness.js';
+import { OUTCOME_LISTENER_APP } from '../src/store/postgres/outcome-notify.js';
 
 const pgReason = await pgUnavailableReason();
 
@@ -64,7 +65,7 @@ function caller(env: Record<string, string>): { c: ChildProcess; lines: string[]
   cleanup.push(() => c.kill('SIGKILL'));
   const lines: string[] = [];
   let buf = '';
-  c.stdout!.on('data', (d: Buffer) => {
+  c.stdout.on('data', (d: Buffer) => {
     buf += d.toString('utf8');
     const parts = buf.split('\n');
     buf = parts.pop()!;
@@ -297,4 +298,63 @@ describe.each(kinds)('q.call and q.waitFor on %s', (kind, skipReason) => {
       await expect(waiting).resolves.toMatchObject({ state: 'SUCCEEDED', jobId: job.id });
     },
   );
+});
+
+describe.skipIf(pgReason !== null)('q.call on postgres: one listener', () => {
+  const quick = defineOperation<{ n: number }, { n: number }>({
+    name: 'call.quick',
+    execute: (input, ctx) => ctx.dispatch(() => Promise.resolve({ n: input.n * 2 })),
+  });
+
+  async function connections(admin: pg.Client, db: string): Promise<number> {
+    const r = await admin.query<{ n: string }>(
+      `SELECT count(*) AS n FROM pg_stat_activity WHERE datname = $1 AND application_name = $2`,
+      [db, OUTCOME_LISTENER_APP],
+    );
+    return Number(r.rows[0]!.n);
+  }
+
+  it('1,000 concurrent calls share one listener connection, and all resolve', async () => {
+    const t = await storeOf('postgres');
+    const db = new URL(t.url).pathname.slice(1);
+    const admin = new pg.Client({ connectionString: t.url });
+    await admin.connect();
+    cleanup.push(() => admin.end());
+    const q = await queueOn(t.url);
+    const calls = Array.from({ length: 1_000 }, (_, n) =>
+      q.call(quick, { n }, { key: `many:${n}`, timeoutMs: 60_000 }),
+    );
+    await until(
+      'every job enqueued',
+      async () => (await q.jobs({ limit: 2_000 })).length === 1_000,
+    );
+    expect(await connections(admin, db)).toBe(1);
+    const w = q.worker({ operations: [quick], concurrency: 50, pollIntervalMs: 50 });
+    await w.start();
+    cleanup.push(() => w.stop());
+    const outcomes = await Promise.all(calls);
+    outcomes.forEach((o, n) =>
+      expect(o).toMatchObject({ state: 'SUCCEEDED', result: { n: n * 2 } }),
+    );
+    expect(await connections(admin, db)).toBe(1);
+    await q.close();
+    await until('the listener closed', async () => (await connections(admin, db)) === 0);
+  }, 60_000);
+
+  it('notifications dropped (no trigger): waiters resolve by polling', async () => {
+    const t = await storeOf('postgres');
+    const q = await queueOn(t.url, { outcomePollMs: 100 });
+    const admin = new pg.Client({ connectionString: t.url });
+    await admin.connect();
+    cleanup.push(() => admin.end());
+    await admin.query('DROP TRIGGER jobs_outcome ON reckon.jobs');
+    const waits = Array.from({ length: 20 }, (_, n) =>
+      q.call(quick, { n }, { key: `dropped:${n}`, timeoutMs: 30_000 }),
+    );
+    const w = q.worker({ operations: [quick], concurrency: 5, pollIntervalMs: 50 });
+    await w.start();
+    cleanup.push(() => w.stop());
+    const outcomes = await Promise.all(waits);
+    expect(outcomes.every((o) => o.state === 'SUCCEEDED')).toBe(true);
+  });
 });

@@ -5,6 +5,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
+import { registerCall } from './commands/call.js';
 import { registerChaos } from './commands/chaos.js';
 import { registerDemo } from './commands/demo.js';
 import { registerEnqueue } from './commands/enqueue.js';
@@ -49,6 +50,7 @@ export function buildProgram(): Command {
   // Subcommands made by .command() inherit exitOverride and the output settings above.
   registerInit(program);
   registerEnqueue(program);
+  registerCall(program);
   registerWork(program);
   registerJobs(program);
   registerReview(program);

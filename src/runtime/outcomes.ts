@@ -22,7 +22,7 @@ import {
 } from '../core/errors.js';
 import type { Json } from '../core/json.js';
 import type { Logger } from '../core/operation.js';
-import type { JobDetail, JobStateRow, Store } from '../store/store.js';
+import type { JobChangeSubscription, JobDetail, JobStateRow, Store } from '../store/store.js';
 
 /** How long a wait lasts when the caller gives no `timeoutMs`. */
 export const DEFAULT_WAIT_MS = 30_000;
@@ -33,6 +33,11 @@ export const OUTCOME_POLL_MS = 1_000;
 export const OUTCOME_POLL_MAX_MS = 5_000;
 /** Ids per state read: bounded statements, however many waiters. */
 const READ_CHUNK = 1_000;
+/**
+ * State reads in flight at once. One: on PostgreSQL they run on the listener's own connection,
+ * which takes one query at a time; what changes meanwhile is read together by the next one.
+ */
+const READS_MAX = 1;
 /** Events kept in an OutcomePending's evidence. */
 const EVIDENCE_EVENTS = 5;
 
@@ -57,8 +62,6 @@ interface Waiter {
   timer: NodeJS.Timeout | undefined;
   cleanup: () => void;
 }
-
-type Subscription = { close(): Promise<void> };
 
 /** Checks `timeoutMs` and `signal`; returns the wait in ms. */
 export function waitOptions(o: WaitOptions | undefined, what: string): number {
@@ -127,12 +130,14 @@ export function evidenceOf(detail: JobDetail): OutcomeEvidence {
 
 export class OutcomeWaiters {
   private readonly waiters = new Map<string, Set<Waiter>>();
-  private subscription: Promise<Subscription | undefined> | undefined;
+  private subscription: Promise<JobChangeSubscription | undefined> | undefined;
   private subscribed = false;
+  /** The subscription's own reads (see `JobChangeSubscription.jobStateMany`), once it is open. */
+  private subscriptionRead: JobChangeSubscription['jobStateMany'];
   /** Ids named by notifications since the last read; `all`: check every waited job. */
   private readonly changed = new Set<string>();
   private all = false;
-  private reading = false;
+  private reading = 0;
   private pollTimer: NodeJS.Timeout | undefined;
   private pollMs = OUTCOME_POLL_MS;
   private closed = false;
@@ -159,6 +164,7 @@ export class OutcomeWaiters {
   async wait(jobId: string, timeoutMs: number, signal?: AbortSignal): Promise<CallOutcome> {
     if (this.closed) throw new QueueClosed(jobId);
     await this.subscribe();
+    if (this.closed) throw new QueueClosed(jobId);
     return new Promise<CallOutcome>((resolve, reject) => {
       const w: Waiter = {
         jobId,
@@ -168,33 +174,22 @@ export class OutcomeWaiters {
         timer: undefined,
         cleanup: () => undefined,
       };
+      // An aborted signal or no time at all: answered from what the journal says now.
+      if (signal?.aborted) return void this.givingUp(w, 'aborted', signal.reason);
+      if (timeoutMs === 0) return void this.givingUp(w, 'timeout');
       // Registered before the first read: a change committed in between is not missed.
       this.add(w);
-      void this.first(w, timeoutMs, signal);
+      w.timer = setTimeout(() => void this.givingUp(w, 'timeout'), timeoutMs);
+      if (signal) {
+        const onAbort = () => void this.givingUp(w, 'aborted', signal.reason);
+        signal.addEventListener('abort', onAbort, { once: true });
+        w.cleanup = () => signal.removeEventListener('abort', onAbort);
+      }
+      // The first read joins the others of this turn: a thousand calls, a few queries.
+      this.changed.add(jobId);
+      this.readChanged();
+      this.schedulePoll();
     });
-  }
-
-  private async first(w: Waiter, timeoutMs: number, signal?: AbortSignal): Promise<void> {
-    let row: JobStateRow | undefined;
-    try {
-      [row] = await this.read([w.jobId]);
-    } catch (err) {
-      this.settle(w, { err });
-      return;
-    }
-    if (!row) return this.settle(w, { err: new JobNotFound(w.jobId) });
-    const outcome = outcomeOf(row);
-    if (outcome) return this.settle(w, { outcome });
-    if (w.settled) return;
-    if (signal?.aborted) return void this.givingUp(w, 'aborted', signal.reason);
-    if (timeoutMs === 0) return void this.givingUp(w, 'timeout');
-    w.timer = setTimeout(() => void this.givingUp(w, 'timeout'), timeoutMs);
-    if (signal) {
-      const onAbort = () => void this.givingUp(w, 'aborted', signal.reason);
-      signal.addEventListener('abort', onAbort, { once: true });
-      w.cleanup = () => signal.removeEventListener('abort', onAbort);
-    }
-    this.schedulePoll();
   }
 
   /** The wait is over without an outcome: OutcomePending with the job's evidence. */
@@ -260,12 +255,13 @@ export class OutcomeWaiters {
   }
 
   /** Opens the store subscription once; a store without one (or a failed one) leaves polling. */
-  private subscribe(): Promise<Subscription | undefined> {
+  private subscribe(): Promise<JobChangeSubscription | undefined> {
     this.subscription ??= (async () => {
       if (!this.store.jobChangeSubscribe) return undefined;
       try {
         const sub = await this.store.jobChangeSubscribe({ onChange: (ids) => this.onChange(ids) });
         this.subscribed = true;
+        this.subscriptionRead = sub.jobStateMany?.bind(sub);
         return sub;
       } catch (err) {
         this.o.log.warn(
@@ -285,10 +281,13 @@ export class OutcomeWaiters {
     if (this.all || this.changed.size > 0) this.readChanged();
   }
 
-  /** Reads the states of the changed (or all) waited jobs; one read at a time, coalesced. */
+  /**
+   * Reads the states of the changed (or all) waited jobs: what changed while reads are in
+   * flight is read together by the next one, with at most READS_MAX reads at a time.
+   */
   private readChanged(): void {
-    if (this.reading) return;
-    this.reading = true;
+    if (this.reading >= READS_MAX) return;
+    this.reading++;
     void (async () => {
       try {
         while (!this.closed && (this.all || this.changed.size > 0)) {
@@ -298,7 +297,7 @@ export class OutcomeWaiters {
           await this.check(ids);
         }
       } finally {
-        this.reading = false;
+        this.reading--;
       }
     })();
   }
@@ -333,7 +332,14 @@ export class OutcomeWaiters {
     return any;
   }
 
-  private read(ids: string[]): Promise<JobStateRow[]> {
+  private async read(ids: string[]): Promise<JobStateRow[]> {
+    if (this.subscriptionRead) {
+      try {
+        return await this.subscriptionRead({ ids });
+      } catch {
+        // Its connection is down for now: the store's own read below.
+      }
+    }
     if (this.store.jobStateMany) return this.store.jobStateMany({ ids });
     return Promise.all(ids.map((id) => this.store.jobGet({ id }))).then((details) =>
       details.flatMap((d) =>

@@ -230,6 +230,16 @@ export interface JobStateRow {
   error: ErrorInfo | null;
 }
 
+/** What `jobChangeSubscribe` returns. */
+export interface JobChangeSubscription {
+  close(): Promise<void>;
+  /**
+   * Optional: `jobStateMany` on the subscription's own connection, which the hot path does not
+   * compete for (PostgreSQL: the LISTEN connection). Rejects when that connection is down.
+   */
+  jobStateMany?(p: { ids: string[] }): Promise<JobStateRow[]>;
+}
+
 export interface StoreCapabilities {
   /** Whose clock judges leases. */
   readonly clock: 'host' | 'database';
@@ -334,9 +344,7 @@ export interface Store {
    * check every job you wait for. Best effort: waiters still poll, so a lost notification only
    * costs latency.
    */
-  jobChangeSubscribe?(p: {
-    onChange: (jobIds: string[]) => void;
-  }): Promise<{ close(): Promise<void> }>;
+  jobChangeSubscribe?(p: { onChange: (jobIds: string[]) => void }): Promise<JobChangeSubscription>;
   /**
    * Optional: `fn` hears of every successful commit of shared writes from now on (for metrics;
    * it must be quick and must not throw). Returns the function that stops it.

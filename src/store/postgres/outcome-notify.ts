@@ -6,13 +6,14 @@
  * with the job's id when a job reaches a terminal or waiting state, so no statement of the hot
  * path changes. One dedicated connection per subscription (the queue opens one, shared by all
  * its waiters) LISTENs on it. Best effort: it reconnects with capped backoff after a loss and
- * then reports `[]` ("check every job you wait for"), and waiters poll besides.
+ * then reports `[]` ("check every job you wait for"), and waiters poll besides. Waiters read
+ * job states on that connection too: the pool's connections are busy with the hot path.
  */
 import pg from 'pg';
 import type { ErrorInfo } from '../../core/errors.js';
 import type { Json } from '../../core/json.js';
 import type { JobState } from '../../core/states.js';
-import type { JobStateRow } from '../store.js';
+import type { JobChangeSubscription, JobStateRow } from '../store.js';
 
 const RECONNECT_INITIAL_MS = 100;
 const RECONNECT_MAX_MS = 5_000;
@@ -61,10 +62,13 @@ export async function jobChangesSubscribe(p: {
   config: pg.ClientConfig;
   schema: string;
   onChange: (jobIds: string[]) => void;
-}): Promise<{ close(): Promise<void> }> {
+}): Promise<JobChangeSubscription> {
   const listener = new OutcomeListener(p.config, outcomeChannel(p.schema), p.onChange);
   await listener.start();
-  return { close: () => listener.stop() };
+  return {
+    close: () => listener.stop(),
+    jobStateMany: ({ ids }) => listener.read(p.schema, ids),
+  };
 }
 
 class OutcomeListener {
@@ -80,6 +84,12 @@ class OutcomeListener {
     private readonly channel: string,
     private readonly onChange: (jobIds: string[]) => void,
   ) {}
+
+  /** Reads job states on the listening connection (idle but for notifications). */
+  read(schema: string, ids: string[]): Promise<JobStateRow[]> {
+    if (!this.client) return Promise.reject(new Error('the outcome listener is reconnecting'));
+    return jobStatesRead(this.client, schema, ids);
+  }
 
   start(): Promise<void> {
     this.connecting = this.connect();
