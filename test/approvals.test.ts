@@ -11,7 +11,6 @@ import {
   JobNotFound,
   JobStateConflict,
   defineOperation,
-  FAULT_POINTS,
   openQueue,
 } from '../src/index.js';
 import type { AnyOperation } from '../src/core/operation.js';
@@ -344,30 +343,3 @@ describe('migrating a store made before approvals', () => {
     ).rejects.toThrow(/jobs_state_check/);
   });
 });
-
-describe.each(STORE_KINDS)(
-  'an approved job under a worker killed at each fault point, on %s',
-  (kind) => {
-    it.for(FAULT_POINTS)(
-      '%s: SIGKILL, then recovery runs the approved effect exactly once',
-      async (point, ctx) => {
-        const rig = await Rig.open(ctx, kind);
-        const op = approvalOp(rig, 'lookup');
-        const job = await rig.q.enqueue(op, { n: 1 }, { key: `approved-${point}` });
-        // Before the approval, a worker has nothing to claim.
-        expect(job.state).toBe('AWAITING_APPROVAL');
-        await rig.q.approvals.decide(job.id, { approve: true, actor: 'alice' });
-        const doomed = rig.child({ faults: `${point}=kill` });
-        expect(await doomed.exited, rig.childLogs()).toMatchObject({ signal: 'SIGKILL' });
-        rig.child();
-        await rig.settle();
-        const v = await rig.verdict([job.id]);
-        expectKeptPromises(v);
-        expect(v.byState.SUCCEEDED).toBe(1);
-        expect(rig.downstream.effectsOf(job.requestKey)).toBe(1);
-        const { events } = await rig.job(job.id);
-        expect(events.filter((e) => e.kind === 'approved')).toHaveLength(1);
-      },
-    );
-  },
-);
