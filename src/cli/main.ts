@@ -6,6 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
 import { registerCall } from './commands/call.js';
+import { registerApprovals } from './commands/approvals.js';
 import { registerChaos } from './commands/chaos.js';
 import { registerDemo } from './commands/demo.js';
 import { registerEnqueue } from './commands/enqueue.js';
@@ -54,6 +55,7 @@ export function buildProgram(): Command {
   registerWork(program);
   registerJobs(program);
   registerReview(program);
+  registerApprovals(program);
   registerStatus(program);
   registerServe(program);
   registerMcp(program);

@@ -6,10 +6,17 @@ import { performance } from 'node:perf_hooks';
 import { v7 as uuidv7 } from 'uuid';
 import { InvalidInput, JobNotFound, JobStateConflict, UnknownOperation } from '../core/errors.js';
 import { encodePayload, fingerprintOf, sha256Hex, type Json } from '../core/json.js';
-import { isOperation, type Logger, type Operation, type AnyOperation } from '../core/operation.js';
+import {
+  approvalOf,
+  isOperation,
+  type Logger,
+  type Operation,
+  type AnyOperation,
+} from '../core/operation.js';
 import type { JobState } from '../core/states.js';
 import { isJobState } from '../core/states.js';
 import type { JobDetail, JobInsert, JobInsertResult, JobRecord, Store } from '../store/store.js';
+import { Approvals } from './approvals.js';
 import { noopObserver, silentLogger, type RuntimeObserver } from './observer.js';
 import { Faults } from './faults.js';
 import { Reclaimer } from './reclaimer.js';
@@ -79,6 +86,8 @@ const QUEUE_RE = /^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$/;
 export class Queue {
   readonly store: Store;
   readonly review: Review;
+  /** Jobs of operations defined with `approval`: list them, approve or deny. */
+  readonly approvals: Approvals;
   readonly log: Logger;
   readonly faults: Faults;
   readonly observer: RuntimeObserver;
@@ -115,6 +124,7 @@ export class Queue {
         ? { onCount: this.observer.callWaiters.bind(this.observer) }
         : {}),
     });
+    this.approvals = new Approvals(this);
     this.notifier.setMaxListeners(0);
     const storeCommit = this.observer.storeCommit?.bind(this.observer);
     if (storeCommit && store.onCommit)
@@ -234,6 +244,7 @@ export class Queue {
     if (this.workers.size === 0 || !this.store.capabilities.handOff) return undefined;
     let offers: { worker: Worker; index: number; sentAt: number }[] | undefined;
     inserts.forEach((j, index) => {
+      if (j.approval) return;
       for (const worker of this.workers) {
         const lease = worker.handOffOffer(j.queue, j.operation);
         if (!lease) continue;
@@ -288,6 +299,7 @@ export class Queue {
     const fingerprint = op.spec.fingerprint
       ? fingerprintOf(op.spec.fingerprint(JSON.parse(inputJson) as Json))
       : sha256Hex(inputJson);
+    const approval = approvalOf(op, input);
     const id = uuidv7();
     const requestKey = this.requestKeyOf(item, id, what);
     const queue = item.queue ?? 'default';
@@ -324,6 +336,7 @@ export class Queue {
       maxAttempts: op.retry.maxAttempts,
       backoff: op.retry.backoff,
       timeoutMs: op.timeoutMs,
+      ...(approval ? { approval: { ...approval, expiresInMs: op.approvalTimeoutMs } } : {}),
     };
   }
 

@@ -77,6 +77,10 @@ export function apiRoutes(options: ApiOptions): RouteHandler {
         });
         return send(res, 200, { job });
       }
+      if (parts[0] === 'approvals') {
+        const handled = await approvalRoutes(queue, req, res, url, parts);
+        if (handled) return true;
+      }
       return send(res, 404, {
         error: { code: 'NOT_FOUND', message: `no route ${req.method ?? ''} ${url.pathname}` },
       });
@@ -92,6 +96,32 @@ export function apiRoutes(options: ApiOptions): RouteHandler {
       throw err;
     }
   };
+}
+
+/** GET /api/approvals (?operation, ?limit) and POST /api/approvals/<id> { approve, actor, note }. */
+async function approvalRoutes(
+  queue: Queue,
+  req: IncomingMessage,
+  res: ServerResponse,
+  url: URL,
+  parts: string[],
+): Promise<boolean> {
+  if (req.method === 'GET' && parts.length === 1) {
+    const operation = url.searchParams.get('operation');
+    const limit = url.searchParams.has('limit') ? Number(url.searchParams.get('limit')) : 100;
+    const jobs = await queue.approvals.list({ ...(operation ? { operation } : {}), limit });
+    return send(res, 200, { jobs });
+  }
+  if (req.method === 'POST' && parts.length === 2) {
+    const body = (await readJson(req)) as { approve?: unknown; actor?: unknown; note?: unknown };
+    const job = await queue.approvals.decide(parts[1]!, {
+      approve: body?.approve as boolean,
+      actor: typeof body?.actor === 'string' ? body.actor : '',
+      ...(typeof body?.note === 'string' ? { note: body.note } : {}),
+    });
+    return send(res, 200, { job });
+  }
+  return false;
 }
 
 class HttpError extends Error {

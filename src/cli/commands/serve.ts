@@ -30,8 +30,9 @@ export function registerServe(program: Command): void {
     .description(
       'Serves the store-wide view: GET /metrics (Prometheus: queue depth and age, UNKNOWN and ' +
         'NEEDS_REVIEW counts, expired leases, from the store, right across every worker), ' +
-        'GET /api/status, /api/jobs, /api/jobs/<id>, /api/review, a dashboard at /, and ' +
-        'GET /healthz. POST /api/review/<id>/resolve {as, actor, note} needs --token.\n\n' +
+        'GET /api/status, /api/jobs, /api/jobs/<id>, /api/review, /api/approvals, a dashboard ' +
+        'at /, and GET /healthz. POST /api/review/<id>/resolve {as, actor, note} and POST ' +
+        '/api/approvals/<id> {approve, actor, note} need --token.\n\n' +
         'Listens on 127.0.0.1 unless --host says otherwise: the journal holds inputs and results.',
     )
     .option('--port <port>', 'port to listen on', intOption(0, 65_535), 9464)

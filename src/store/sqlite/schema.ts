@@ -172,6 +172,25 @@ DROP INDEX jobs_claim;
 CREATE INDEX jobs_claim ON jobs (queue, priority DESC, run_at) WHERE state = 'QUEUED';
 `,
   },
+  {
+    // AWAITING_APPROVAL (a person allows the side effect before any claim): the state joins the
+    // jobs CHECK (a wider constraint: every stored row stays valid), with the reason shown to
+    // the approver and when the approval times out. The index serves listing and expiry.
+    version: 5,
+    name: 'approval before dispatch',
+    sql: `
+ALTER TABLE jobs ADD COLUMN approval_reason TEXT;
+ALTER TABLE jobs ADD COLUMN approval_expires_at INTEGER;
+CREATE INDEX jobs_approval ON jobs (approval_expires_at) WHERE state = 'AWAITING_APPROVAL';
+`,
+    rewrites: [
+      {
+        table: 'jobs',
+        from: `CHECK (${anyOf('state', JOB_STATE_LIST)})`,
+        to: `CHECK (${anyOf('state', ['AWAITING_APPROVAL', ...JOB_STATE_LIST])})`,
+      },
+    ],
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

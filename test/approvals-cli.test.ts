@@ -1,0 +1,207 @@
+/**
+ * Approvals from outside the process: `reckon approvals list|approve|deny` and `reckon status
+ * --max-approval-age` as real processes, and `/api/approvals` of a real `reckon serve`, each on a
+ * SQLite store of its own (the store-side paths run on both stores in approvals.test.ts).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { join, resolve } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { defineOperation, openQueue, type JobRecord } from '../src/index.js';
+import { tempSqliteStore, type TestStore } from './helpers/stores.js';
+
+const ROOT = resolve(import.meta.dirname, '..');
+const MAIN = join(ROOT, 'src', 'cli', 'main.ts');
+const children = new Set<ChildProcess>();
+let store: TestStore;
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+function start(args: string[]): ChildProcess {
+  const env: NodeJS.ProcessEnv = { ...process.env, RECKON_STORE: store.url };
+  delete env.RECKON_FAULTS;
+  const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], {
+    cwd: ROOT,
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  children.add(child);
+  child.once('exit', () => children.delete(child));
+  return child;
+}
+
+function reckon(args: string[]): Promise<Run> {
+  const child = start(args);
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+  child.stderr!.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+  return new Promise((res, rej) => {
+    child.once('error', rej);
+    child.once('close', (code) => res({ code, stdout, stderr }));
+  });
+}
+
+const refund = defineOperation<{ amount: number }, string>({
+  name: 'payments.refund',
+  execute: () => Promise.resolve('ok'),
+  approval: (input) => `refund of ${input.amount} EUR`,
+});
+
+/** Enqueues awaiting jobs, one per amount, in the test process. */
+async function awaiting(...amounts: number[]): Promise<JobRecord[]> {
+  const q = await openQueue({ store: store.url });
+  try {
+    const jobs: JobRecord[] = [];
+    for (const amount of amounts) jobs.push(await q.enqueue(refund, { amount }));
+    return jobs;
+  } finally {
+    await q.close();
+  }
+}
+
+beforeEach(() => {
+  store = tempSqliteStore();
+});
+
+afterEach(async () => {
+  for (const c of children) c.kill('SIGKILL');
+  children.clear();
+  await store.drop();
+});
+
+describe('reckon approvals', () => {
+  it('lists awaiting jobs, approves and denies them with exit codes and --json', async () => {
+    const [a, b] = await awaiting(10, 20);
+    const table = await reckon(['approvals', 'list']);
+    expect(table.code, table.stderr).toBe(0);
+    expect(table.stdout).toContain('refund of 10 EUR');
+    expect(table.stdout).toContain('2 job(s) await approval');
+    const listed = JSON.parse((await reckon(['approvals', 'list', '--json'])).stdout) as {
+      id: string;
+      input: unknown;
+      approvalReason: string;
+      ageMs: number;
+      expiresInMs: number;
+    }[];
+    expect(listed.map((j) => [j.id, j.input, j.approvalReason])).toEqual([
+      [a!.id, { amount: 10 }, 'refund of 10 EUR'],
+      [b!.id, { amount: 20 }, 'refund of 20 EUR'],
+    ]);
+    expect(listed[0]!.expiresInMs).toBeGreaterThan(0);
+
+    // Missing --actor: a usage error.
+    const noActor = await reckon(['approvals', 'approve', a!.id]);
+    expect(noActor.code).toBe(64);
+
+    const approved = await reckon([
+      'approvals',
+      'approve',
+      a!.id,
+      '--actor',
+      'alice',
+      '--note',
+      'agreed',
+      '--json',
+    ]);
+    expect(approved.code, approved.stderr).toBe(0);
+    expect(JSON.parse(approved.stdout)).toMatchObject({ id: a!.id, state: 'QUEUED' });
+    const denied = await reckon(['approvals', 'deny', b!.id, '--actor', 'bob']);
+    expect(denied.code, denied.stderr).toBe(0);
+    expect(denied.stdout).toContain(`job ${b!.id} denied by operator:bob; now CANCELLED`);
+
+    // Decided already: JOB_STATE_CONFLICT, exit 1, as JSON too.
+    const again = await reckon(['approvals', 'deny', a!.id, '--actor', 'carol', '--json']);
+    expect(again.code).toBe(1);
+    expect(JSON.parse(again.stdout)).toMatchObject({ error: { code: 'JOB_STATE_CONFLICT' } });
+    const missing = await reckon(['approvals', 'approve', 'nope', '--actor', 'carol']);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain('[JOB_NOT_FOUND]');
+
+    expect((await reckon(['approvals', 'list'])).stdout).toContain('nothing awaits approval');
+    const listedByState = await reckon(['jobs', 'list', '--state', 'CANCELLED', '--json']);
+    expect((JSON.parse(listedByState.stdout) as { id: string }[]).map((j) => j.id)).toEqual([
+      b!.id,
+    ]);
+  });
+
+  it('jobs list --state AWAITING_APPROVAL, and status --max-approval-age turns unhealthy', async () => {
+    const [a] = await awaiting(5);
+    const byState = await reckon(['jobs', 'list', '--state', 'AWAITING_APPROVAL', '--json']);
+    expect(byState.code, byState.stderr).toBe(0);
+    expect((JSON.parse(byState.stdout) as { id: string }[]).map((j) => j.id)).toEqual([a!.id]);
+
+    const healthy = await reckon(['status', '--max-approval-age', '3600000']);
+    expect(healthy.code, healthy.stderr).toBe(0);
+    expect(healthy.stdout).toMatch(/payments\.refund\s+│ 1 /);
+    expect(healthy.stdout).toMatch(/ok\s+approval-age/);
+    // The job has waited at least as long as the processes above took to start.
+    const report = await reckon(['status', '--max-approval-age', '0', '--json']);
+    expect(report.code).toBe(2);
+    const body = JSON.parse(report.stdout) as {
+      healthy: boolean;
+      checks: unknown[];
+      approvals: unknown[];
+    };
+    expect(body.healthy).toBe(false);
+    expect(body.checks).toEqual([
+      expect.objectContaining({ name: 'approval-age', ok: false, limit: 0 }),
+    ]);
+    expect(body.approvals).toEqual([
+      expect.objectContaining({ operation: 'payments.refund', awaiting: 1 }),
+    ]);
+  });
+});
+
+describe('/api/approvals of reckon serve', () => {
+  it('lists for anyone who may read, and takes a decision only with the token', async () => {
+    const [a, b] = await awaiting(7, 8);
+    const child = start(['serve', '--port', '0', '--token', 's3cret']);
+    const url = await new Promise<string>((res, rej) => {
+      let err = '';
+      child.stderr!.setEncoding('utf8').on('data', (d: string) => {
+        err += d;
+        const m = /at (http:\/\/[^/\s]+)\//.exec(err);
+        if (m) res(m[1]!);
+      });
+      child.once('exit', (code) => rej(new Error(`exited ${code}: ${err}`)));
+    });
+    const listed = (await (await fetch(`${url}/api/approvals`)).json()) as {
+      jobs: { id: string; approvalReason: string }[];
+    };
+    expect(listed.jobs.map((j) => [j.id, j.approvalReason])).toEqual([
+      [a!.id, 'refund of 7 EUR'],
+      [b!.id, 'refund of 8 EUR'],
+    ]);
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    expect(metrics).toMatch(/^reckon_awaiting_approval_jobs\{operation="payments.refund"\} 2$/m);
+    expect(metrics).toMatch(
+      /^reckon_awaiting_approval_oldest_age_seconds\{operation="payments.refund"\} [0-9.e-]+$/m,
+    );
+    expect(await (await fetch(`${url}/`)).text()).toContain('Awaiting approval');
+
+    const decide = (id: string, body: unknown, token?: string) =>
+      fetch(`${url}/api/approvals/${id}`, {
+        method: 'POST',
+        body: JSON.stringify(body),
+        headers: token ? { authorization: `Bearer ${token}` } : {},
+      });
+    expect((await decide(a!.id, { approve: true, actor: 'eve' })).status).toBe(401);
+    expect((await decide(a!.id, { approve: true, actor: 'eve' }, 'wrong')).status).toBe(401);
+    expect((await decide(a!.id, { approve: true }, 's3cret')).status).toBe(400);
+    const ok = await decide(a!.id, { approve: true, actor: 'dana', note: 'fine' }, 's3cret');
+    expect(ok.status).toBe(200);
+    expect(((await ok.json()) as { job: JobRecord }).job).toMatchObject({ state: 'QUEUED' });
+    const conflict = await decide(a!.id, { approve: false, actor: 'dana' }, 's3cret');
+    expect(conflict.status).toBe(409);
+    const denied = await decide(b!.id, { approve: false, actor: 'dana' }, 's3cret');
+    expect(((await denied.json()) as { job: JobRecord }).job).toMatchObject({
+      state: 'CANCELLED',
+      error: { name: 'ApprovalDenied' },
+    });
+    expect((await decide('nope', { approve: true, actor: 'dana' }, 's3cret')).status).toBe(404);
+  });
+});
