@@ -125,9 +125,7 @@ export async function reckonApprovals(p: {
       type: 'tool-approval-response',
       approvalId: r.approvalId,
       approved: decision.approved,
-      reason: decision.approved
-        ? `approved in reckon (job ${decision.jobId})`
-        : `denied in reckon: ${decision.reason}`,
+      reason: decision.approved ? `approved in reckon (job ${decision.jobId})` : decision.reason,
     });
   }
   return out;

@@ -5,12 +5,12 @@
  * writing the job (`AWAITING_APPROVAL`) when the framework asks whether the call needs
  * approval, and answers the framework's approval request with reckon's decision.
  */
-import type { AnyOperation } from '../core/operation.js';
+import { approvalOf, type AnyOperation } from '../core/operation.js';
 import type { AgentQueue } from './outcome.js';
 
 export interface Decision {
   approved: boolean;
-  /** The approver's note, or why the job was cancelled. */
+  /** `approved`, or the denial as reckon recorded it: `denied by operator:<actor>: <note>`. */
   reason: string;
   jobId: string;
 }
@@ -24,9 +24,12 @@ export interface DecisionWait {
 }
 
 /**
- * Writes (or finds: the same key and input attach) the tool call's job. `true` when it waits for
- * a person's approval in reckon; `false` when reckon needs none or has already decided, so the
- * call goes on to `execute`, which reports the decision or the outcome.
+ * Writes (or finds: the same key and input attach) the tool call's job, so the request shows in
+ * reckon's approval queue at once. `true` when the operation asks approval for this input,
+ * whether or not reckon has decided yet: the framework then asks for the decision, which
+ * `reckonDecision` gives (at once when already made). Frameworks that check `needsApproval`
+ * again before running an approved call (the AI SDK does) must keep getting `true`, or they
+ * would turn the approval into a denial while reckon runs the job.
  */
 export async function needsReckonApproval(p: {
   q: AgentQueue;
@@ -35,13 +38,15 @@ export async function needsReckonApproval(p: {
   runId: string;
   stepId: string;
 }): Promise<boolean> {
+  let needed: boolean;
   try {
-    const job = await p.q.enqueue(p.op, p.input, { runId: p.runId, stepId: p.stepId });
-    return (job.state as string) === 'AWAITING_APPROVAL';
+    needed = approvalOf(p.op, p.op.parseInput ? p.op.parseInput(p.input) : p.input) !== null;
+    await p.q.enqueue(p.op, p.input, { runId: p.runId, stepId: p.stepId });
   } catch {
     // A bad input: `execute` enqueues again and hands the typed error to the model.
     return false;
   }
+  return needed;
 }
 
 /** reckon's decision on a tool call's job; `undefined` while it still awaits one after the wait. */
@@ -54,7 +59,7 @@ export async function reckonDecision(
   const pollMs = wait.pollMs ?? 500;
   for (;;) {
     const detail = await p.q.job(job.id);
-    const state: string = detail?.job.state ?? 'CANCELLED';
+    const state = detail?.job.state ?? 'CANCELLED';
     if (state !== 'AWAITING_APPROVAL') {
       if (state !== 'CANCELLED') return { approved: true, reason: 'approved', jobId: job.id };
       const error = detail?.job.error;

@@ -144,7 +144,7 @@ export async function reckonInterruptions<S extends InterruptedResult['state']>(
     else if (decision.approved) p.result.state.approve(item);
     else
       p.result.state.reject(item, {
-        message: `Denied in reckon: ${decision.reason}. The request was not carried out; do not retry it.`,
+        message: `Not carried out, ${decision.reason}. Do not retry it; tell the user why.`,
       });
   }
   return { state: p.result.state, waiting };
