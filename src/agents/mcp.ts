@@ -183,6 +183,7 @@ export async function serveHttp(
         const t = new StreamableHTTPServerTransport({
           sessionIdGenerator: () => randomUUID(),
           onsessioninitialized: (sid) => void sessions.set(sid, t),
+          ...rebindingGuard(host, (http.address() as AddressInfo).port),
         });
         t.onclose = () => {
           if (t.sessionId) sessions.delete(t.sessionId);
@@ -218,6 +219,21 @@ export async function serveHttp(
       http.closeAllConnections();
       await new Promise<void>((resolve) => http.close(() => resolve()));
     },
+  };
+}
+
+/**
+ * On loopback, only requests addressed to loopback are served: a web page that rebinds its DNS
+ * name to 127.0.0.1 sends its own Host header and is refused.
+ */
+function rebindingGuard(
+  host: string,
+  port: number,
+): { enableDnsRebindingProtection?: boolean; allowedHosts?: string[] } {
+  if (!['127.0.0.1', 'localhost', '::1'].includes(host)) return {};
+  return {
+    enableDnsRebindingProtection: true,
+    allowedHosts: [`127.0.0.1:${port}`, `localhost:${port}`, `[::1]:${port}`],
   };
 }
 

@@ -7,7 +7,17 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { openQueue } from '../../src/index.js';
 import { tempSqliteStore, type TestStore } from '../helpers/stores.js';
-import { email, mcpClient, type Mailbox } from './harness.js';
+import { Client as McpClient } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import {
+  CLI,
+  email,
+  mcpClient,
+  OPERATIONS_MODULE,
+  startChild,
+  until,
+  type Mailbox,
+} from './harness.js';
 
 const { connectReckon, sendOneEmail } = mcpClient;
 
@@ -80,5 +90,44 @@ describe('reckon mcp over stdio', () => {
     expect(a.meta['reckon/key']).toBe(a.answer.requestKey);
     expect(b.answer.jobId).toBe(a.answer.jobId);
     expect(mailbox.messages()).toHaveLength(1);
+  });
+
+  it('serves Streamable HTTP on loopback with --http', async () => {
+    const server = startChild(
+      [
+        CLI,
+        'mcp',
+        '--operations',
+        OPERATIONS_MODULE,
+        '--store',
+        store.url,
+        '--http',
+        '0',
+        '--work',
+      ],
+      mailbox.env,
+    );
+    try {
+      let url = '';
+      await until(() => {
+        url = /MCP server at (\S+)/.exec(server.stderr.join(''))?.[1] ?? '';
+        return url !== '';
+      });
+      expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/mcp$/);
+      client = new McpClient({ name: 'http-test', version: '1' });
+      await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+      expect((await client.listTools()).tools.map((t) => t.name)).toContain('email_send');
+      const meta = { 'reckon/key': 'http-key-1' };
+      const first = await sendOneEmail(client, meta);
+      const second = await sendOneEmail(client, meta);
+      expect(first.answer).toMatchObject({ status: 'succeeded', requestKey: 'http-key-1' });
+      expect(second.answer.jobId).toBe(first.answer.jobId);
+      expect(mailbox.messages()).toHaveLength(1);
+      await client.close();
+      client = undefined;
+    } finally {
+      server.proc.kill('SIGTERM');
+      expect((await server.exited).code).toBe(0);
+    }
   });
 });
