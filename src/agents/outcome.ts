@@ -109,9 +109,16 @@ interface Pending {
   evidence?: unknown;
 }
 
+/**
+ * `OutcomePending`, by class or by code: a queue made by another copy of reckon (two installs,
+ * or source and build side by side) throws its own class.
+ */
 function asPending(err: unknown): Pending | undefined {
-  if (!(err instanceof OutcomePending)) return undefined;
-  return { jobId: err.jobId, state: err.state, evidence: err.evidence };
+  if (err instanceof OutcomePending)
+    return { jobId: err.jobId, state: err.state, evidence: err.evidence };
+  const e = err as { code?: unknown; jobId?: unknown; state?: unknown; evidence?: unknown } | null;
+  if (e?.code !== 'OUTCOME_PENDING' || typeof e.jobId !== 'string') return undefined;
+  return { jobId: e.jobId, state: String(e.state), evidence: e.evidence };
 }
 
 export function pendingAnswer(p: Pending, requestKey: string): ToolAnswer {

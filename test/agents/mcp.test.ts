@@ -38,6 +38,12 @@ afterEach(async () => {
 });
 
 describe('reckon mcp over stdio', () => {
+  it('has --help', async () => {
+    const help = startChild([CLI, 'mcp', '--help'], {});
+    expect((await help.exited).code).toBe(0);
+    expect(help.stdout.join('\n')).toMatch(/--operations <module>[\s\S]*--http <port>/);
+  });
+
   it('lists tools, calls one twice with one key for one effect, names a bad field', async () => {
     client = await connectReckon({
       store: store.url,

@@ -11,7 +11,12 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { openQueue } from '../../src/index.js';
-import { tempSqliteStore, type TestStore } from '../helpers/stores.js';
+import {
+  makeTestStore,
+  pgUnavailableReason,
+  type StoreKind,
+  type TestStore,
+} from '../helpers/stores.js';
 import {
   agentResult,
   email,
@@ -30,6 +35,12 @@ const FRAMEWORKS = [
   { name: 'MCP', agent: 'examples/agent/mcp-client.js', key: /^mcp:run-1:email_send:/ },
 ] as const;
 
+// Every framework on SQLite; one on PostgreSQL (the adapters do not see the store).
+const CASES: ((typeof FRAMEWORKS)[number] & { store: StoreKind })[] = [
+  ...FRAMEWORKS.map((f) => ({ ...f, store: 'sqlite' as const })),
+  { ...FRAMEWORKS[0], store: 'postgres' },
+];
+
 let store: TestStore | undefined;
 let mailbox: Mailbox | undefined;
 const children: Child[] = [];
@@ -38,11 +49,16 @@ afterEach(async () => {
   for (const c of children.splice(0)) await stop(c);
   await mailbox?.close();
   await store?.drop();
+  mailbox = store = undefined;
 });
 
-describe.each(FRAMEWORKS)('$name: worker and agent killed, run replayed', (fw) => {
-  it('sends one email and gives the model its outcome', async () => {
-    store = tempSqliteStore();
+describe.each(CASES)('$name on $store: worker and agent killed, run replayed', (fw) => {
+  it('sends one email and gives the model its outcome', async (t) => {
+    if (fw.store === 'postgres') {
+      const why = await pgUnavailableReason();
+      if (why) return t.skip(why);
+    }
+    store = await makeTestStore(fw.store);
     await (await openQueue({ store: store.url })).close();
     mailbox = await email.startMailbox();
     const env = {
