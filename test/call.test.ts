@@ -17,6 +17,7 @@ import {
   type Queue,
   type Store,
 } from '../src/index.js';
+import { Metrics } from '../src/observe/metrics.js';
 import { Downstream, startDownstream } from '../src/testkit/downstream.js';
 import { effectOp } from './fixtures/call-ops.js';
 import {
@@ -251,6 +252,21 @@ describe.each(kinds)('q.call and q.waitFor on %s', (kind, skipReason) => {
       expect(ds.stats.requests).toBe(2);
     },
   );
+
+  it.skipIf(skipReason !== null)('reckon_call_waiters counts the waits', async () => {
+    const t = await storeOf(kind);
+    const metrics = new Metrics({ processMetrics: false });
+    const q = await openQueue({ store: t.url, observer: metrics.observer });
+    cleanup.push(() => q.close());
+    const gauge = async () =>
+      Number(/^reckon_call_waiters (\S+)$/m.exec(await metrics.registry.metrics())?.[1]);
+    const job = await q.enqueue(unserved, { n: 1 });
+    const waits = [1, 2, 3].map(() => q.waitFor(job.id, { timeoutMs: 60_000 }));
+    await until('three waiters', async () => (await gauge()) === 3);
+    await q.cancel(job.id);
+    await Promise.all(waits);
+    expect(await gauge()).toBe(0);
+  });
 
   it.skipIf(skipReason !== null)('validation, JobNotFound and QueueClosed', async () => {
     const t = await storeOf(kind);

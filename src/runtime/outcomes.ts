@@ -151,8 +151,8 @@ export class OutcomeWaiters {
     private readonly o: {
       log: Logger;
       pollMs?: number;
-      /** Told the number of outstanding waits whenever it changes (a metrics gauge). */
-      onCount?: (waiters: number) => void;
+      /** Told when outstanding waits go up or down (a metrics gauge). */
+      onCount?: (delta: 1 | -1) => void;
     },
   ) {
     this.pollMs = o.pollMs ?? OUTCOME_POLL_MS;
@@ -243,7 +243,7 @@ export class OutcomeWaiters {
     if (!set) this.waiters.set(w.jobId, (set = new Set()));
     set.add(w);
     this.count++;
-    this.o.onCount?.(this.count);
+    this.o.onCount?.(1);
   }
 
   private remove(w: Waiter): void {
@@ -251,7 +251,7 @@ export class OutcomeWaiters {
     if (!set?.delete(w)) return;
     if (set.size === 0) this.waiters.delete(w.jobId);
     this.count--;
-    this.o.onCount?.(this.count);
+    this.o.onCount?.(-1);
     if (this.count === 0) {
       clearTimeout(this.pollTimer);
       this.pollTimer = undefined;
