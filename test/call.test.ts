@@ -17,6 +17,7 @@ import {
   type Queue,
   type Store,
 } from '../src/index.js';
+import { Metrics } from '../src/observe/metrics.js';
 import { Downstream, startDownstream } from '../src/testkit/downstream.js';
 import { effectOp } from './fixtures/call-ops.js';
 import {
@@ -252,6 +253,21 @@ describe.each(kinds)('q.call and q.waitFor on %s', (kind, skipReason) => {
     },
   );
 
+  it.skipIf(skipReason !== null)('reckon_call_waiters counts the waits', async () => {
+    const t = await storeOf(kind);
+    const metrics = new Metrics({ processMetrics: false });
+    const q = await openQueue({ store: t.url, observer: metrics.observer });
+    cleanup.push(() => q.close());
+    const gauge = async () =>
+      Number(/^reckon_call_waiters (\S+)$/m.exec(await metrics.registry.metrics())?.[1]);
+    const job = await q.enqueue(unserved, { n: 1 });
+    const waits = [1, 2, 3].map(() => q.waitFor(job.id, { timeoutMs: 60_000 }));
+    await until('three waiters', async () => (await gauge()) === 3);
+    await q.cancel(job.id);
+    await Promise.all(waits);
+    expect(await gauge()).toBe(0);
+  });
+
   it.skipIf(skipReason !== null)('validation, JobNotFound and QueueClosed', async () => {
     const t = await storeOf(kind);
     const q = await openQueue({ store: t.url });
@@ -272,6 +288,42 @@ describe.each(kinds)('q.call and q.waitFor on %s', (kind, skipReason) => {
     await q.close();
     await rejected;
   });
+
+  it.skipIf(skipReason !== null)(
+    'notifications wake the waiters: of this queue and of another connection, polling off',
+    async () => {
+      const t = await storeOf(kind);
+      const ds = await downstream();
+      const op = effectOp(ds.url);
+      // Polling once a minute: only a notification answers within the test's time.
+      const q = await queueOn(t.url, { outcomePollMs: 60_000 });
+      const other = await queueOn(t.url, { outcomePollMs: 60_000 });
+      const local = q.worker({ operations: [op], concurrency: 1, pollIntervalMs: 50 });
+      await local.start();
+      cleanup.push(() => local.stop());
+      const t0 = performance.now();
+      // Worked by this queue's worker (SQLite: the same connection; its own writes).
+      const mine = await q.call(op, { n: 1 }, { key: 'notified-1', timeoutMs: 30_000 });
+      expect(mine.state).toBe('SUCCEEDED');
+      await local.stop();
+      // Worked by another store connection (SQLite: as another process would).
+      const remote = other.worker({ operations: [op], concurrency: 1, pollIntervalMs: 50 });
+      await remote.start();
+      cleanup.push(() => remote.stop());
+      const theirs = await q.call(op, { n: 2 }, { key: 'notified-2', timeoutMs: 30_000 });
+      expect(theirs.state).toBe('SUCCEEDED');
+      expect(performance.now() - t0).toBeLessThan(20_000);
+      if (kind === 'postgres') {
+        const c = new pg.Client({ connectionString: t.url });
+        await c.connect();
+        const r = await c.query('SELECT count(*)::int AS n FROM reckon.outcome_waits');
+        await c.end();
+        // Waits on jobs now terminal leave nothing behind.
+        expect(r.rows[0]).toEqual({ n: 0 });
+      }
+    },
+    60_000,
+  );
 
   it.skipIf(skipReason !== null)(
     'without notifications the waiters still resolve, by polling',

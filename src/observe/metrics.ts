@@ -110,7 +110,14 @@ export class Metrics {
       registers: [r],
     });
 
+    const callWaiters = new Gauge({
+      name: 'reckon_call_waiters',
+      help: 'Outstanding q.call / q.waitFor waits of this process (callers waiting for an outcome).',
+      registers: [r],
+    });
+
     this.observer = {
+      callWaiters: (delta) => callWaiters.inc(delta),
       enqueued: (e) =>
         e.created
           ? enqueued.inc({ operation: e.operation, queue: e.queue })

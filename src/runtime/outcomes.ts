@@ -134,6 +134,9 @@ export class OutcomeWaiters {
   private subscribed = false;
   /** The subscription's own reads (see `JobChangeSubscription.jobStateMany`), once it is open. */
   private subscriptionRead: JobChangeSubscription['jobStateMany'];
+  private subscriptionWatch: JobChangeSubscription['watch'];
+  /** Jobs of new waits, to be watched (see `JobChangeSubscription.watch`) before their first read. */
+  private readonly unwatched = new Set<string>();
   /** Ids named by notifications since the last read; `all`: check every waited job. */
   private readonly changed = new Set<string>();
   private all = false;
@@ -148,8 +151,8 @@ export class OutcomeWaiters {
     private readonly o: {
       log: Logger;
       pollMs?: number;
-      /** Told the number of outstanding waits whenever it changes (a metrics gauge). */
-      onCount?: (waiters: number) => void;
+      /** Told when outstanding waits go up or down (a metrics gauge). */
+      onCount?: (delta: 1 | -1) => void;
     },
   ) {
     this.pollMs = o.pollMs ?? OUTCOME_POLL_MS;
@@ -186,6 +189,7 @@ export class OutcomeWaiters {
         w.cleanup = () => signal.removeEventListener('abort', onAbort);
       }
       // The first read joins the others of this turn: a thousand calls, a few queries.
+      if (this.subscriptionWatch) this.unwatched.add(jobId);
       this.changed.add(jobId);
       this.readChanged();
       this.schedulePoll();
@@ -239,7 +243,7 @@ export class OutcomeWaiters {
     if (!set) this.waiters.set(w.jobId, (set = new Set()));
     set.add(w);
     this.count++;
-    this.o.onCount?.(this.count);
+    this.o.onCount?.(1);
   }
 
   private remove(w: Waiter): void {
@@ -247,7 +251,7 @@ export class OutcomeWaiters {
     if (!set?.delete(w)) return;
     if (set.size === 0) this.waiters.delete(w.jobId);
     this.count--;
-    this.o.onCount?.(this.count);
+    this.o.onCount?.(-1);
     if (this.count === 0) {
       clearTimeout(this.pollTimer);
       this.pollTimer = undefined;
@@ -262,6 +266,7 @@ export class OutcomeWaiters {
         const sub = await this.store.jobChangeSubscribe({ onChange: (ids) => this.onChange(ids) });
         this.subscribed = true;
         this.subscriptionRead = sub.jobStateMany?.bind(sub);
+        this.subscriptionWatch = sub.watch?.bind(sub);
         return sub;
       } catch (err) {
         this.o.log.warn(
@@ -291,6 +296,8 @@ export class OutcomeWaiters {
     void (async () => {
       try {
         while (!this.closed && (this.all || this.changed.size > 0)) {
+          // Watched before they are read: a change after the read is then notified.
+          if (this.unwatched.size > 0) await this.watch();
           const ids = this.all ? [...this.waiters.keys()] : [...this.changed];
           this.all = false;
           this.changed.clear();
@@ -300,6 +307,19 @@ export class OutcomeWaiters {
         this.reading--;
       }
     })();
+  }
+
+  private async watch(): Promise<void> {
+    const ids = [...this.unwatched].filter((id) => this.waiters.has(id));
+    this.unwatched.clear();
+    for (let i = 0; i < ids.length; i += READ_CHUNK) {
+      try {
+        await this.subscriptionWatch!({ ids: ids.slice(i, i + READ_CHUNK) });
+      } catch (err) {
+        // Not notified then: polling still finds the outcome.
+        this.o.log.warn({ err: errorMessage(err) }, 'watching jobs for outcomes failed');
+      }
+    }
   }
 
   /** Settles the waiters of every job here that reached an outcome; true if any did. */

@@ -244,6 +244,12 @@ export interface JobChangeSubscription {
    * compete for (PostgreSQL: the LISTEN connection). Rejects when that connection is down.
    */
   jobStateMany?(p: { ids: string[] }): Promise<JobStateRow[]>;
+  /**
+   * Optional: says which jobs are waited for. A store that has it may notify only those (on
+   * PostgreSQL a NOTIFY costs every committing transaction a database-wide lock); call it before
+   * reading their states, so that no change falls in between. Best effort, like notifications.
+   */
+  watch?(p: { ids: string[] }): Promise<void>;
 }
 
 /** A decision on an AWAITING_APPROVAL job (the runtime checks the transition first). */
@@ -379,7 +385,8 @@ export interface Store {
   jobStateMany?(p: { ids: string[] }): Promise<JobStateRow[]>;
   /**
    * Optional: calls `onChange` soon after jobs reach a terminal or waiting state (SUCCEEDED,
-   * FAILED, CANCELLED, UNKNOWN, NEEDS_REVIEW, AWAITING_APPROVAL), committed by any process. An
+   * FAILED, CANCELLED, UNKNOWN, NEEDS_REVIEW, AWAITING_APPROVAL), committed by any process (where
+   * the subscription has `watch`: the watched jobs, at least). An
    * empty list means "jobs may have changed, which ones is not known" (e.g. after a reconnect):
    * check every job you wait for. Best effort: waiters still poll, so a lost notification only
    * costs latency.

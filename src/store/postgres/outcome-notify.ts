@@ -3,8 +3,8 @@
  * wakes `q.call` and `q.waitFor` waiters in any process on any host.
  *
  * A trigger on `jobs` (migration "outcome notifications") NOTIFYs the schema's outcome channel
- * with the job's id when a job reaches a terminal or waiting state, so no statement of the hot
- * path changes. One dedicated connection per subscription (the queue opens one, shared by all
+ * with the job's id when a job that someone waits for (`watch`: a row in outcome_waits) reaches
+ * a terminal or waiting state, so no statement of the hot path changes. One dedicated connection per subscription (the queue opens one, shared by all
  * its waiters) LISTENs on it. Best effort: it reconnects with capped backoff after a loss and
  * then reports `[]` ("check every job you wait for"), and waiters poll besides. Waiters read
  * job states on that connection too: the pool's connections are busy with the hot path.
@@ -19,6 +19,10 @@ const RECONNECT_INITIAL_MS = 100;
 const RECONNECT_MAX_MS = 5_000;
 /** The listener's `application_name`, so that operators can tell it from the pool's. */
 export const OUTCOME_LISTENER_APP = 'reckon-outcomes';
+
+function quote(name: string): string {
+  return `"${name.replaceAll('"', '""')}"`;
+}
 
 /** The channel a schema's trigger notifies (`TG_TABLE_SCHEMA || '_outcome'`). */
 export function outcomeChannel(schema: string): string {
@@ -36,7 +40,7 @@ export async function jobStatesRead(
   ids: string[],
 ): Promise<JobStateRow[]> {
   if (ids.length === 0) return [];
-  const table = `"${schema.replaceAll('"', '""')}".jobs`;
+  const table = `${quote(schema)}.jobs`;
   const r = await c.query<{
     id: string;
     state: string;
@@ -68,6 +72,7 @@ export async function jobChangesSubscribe(p: {
   return {
     close: () => listener.stop(),
     jobStateMany: ({ ids }) => listener.read(p.schema, ids),
+    watch: ({ ids }) => listener.watch(p.schema, ids),
   };
 }
 
@@ -89,6 +94,22 @@ class OutcomeListener {
   read(schema: string, ids: string[]): Promise<JobStateRow[]> {
     if (!this.client) return Promise.reject(new Error('the outcome listener is reconnecting'));
     return jobStatesRead(this.client, schema, ids);
+  }
+
+  /**
+   * Marks these jobs as waited for (outcome_waits), so that their changes notify: the ones that
+   * exist and are not terminal. Not synchronous: a row lost in a crash costs only latency.
+   */
+  async watch(schema: string, ids: string[]): Promise<void> {
+    if (!this.client) throw new Error('the outcome listener is reconnecting');
+    const s = quote(schema);
+    await this.client.query(
+      `INSERT INTO ${s}.outcome_waits (job_id)
+       SELECT id FROM ${s}.jobs
+       WHERE id = ANY($1::text[]) AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
+       ON CONFLICT DO NOTHING`,
+      [ids],
+    );
   }
 
   start(): Promise<void> {
@@ -123,7 +144,9 @@ class OutcomeListener {
     });
     try {
       await client.connect();
-      await client.query(`LISTEN "${this.channel.replaceAll('"', '""')}"`);
+      await client.query(`LISTEN ${quote(this.channel)}`);
+      // Its writes (outcome_waits) need no fsync: a lost one costs a waiter only latency.
+      await client.query('SET synchronous_commit = off');
     } catch {
       onLost();
       return;
