@@ -24,7 +24,9 @@ import {
   MIGRATIONS as SQLITE_MIGRATIONS,
 } from '../src/store/sqlite/schema.js';
 import { rewriteTables } from '../src/store/sqlite/sqlite-store.js';
+import type { AttemptRecord, EventRecord, JobDetail } from '../src/store/store.js';
 import type { Flavour } from '../src/testkit/operations.js';
+import { judgeDetails } from '../src/testkit/verdict.js';
 import {
   STORE_KINDS,
   makeTestStore,
@@ -176,6 +178,31 @@ describe.each(STORE_KINDS)('approvals on %s', (kind) => {
       rig.q.approvals.decide(big.id, { approve: true, actor: ' ' }),
     ).rejects.toBeInstanceOf(InvalidInput);
     expectKeptPromises(await rig.verdict([big.id, small.id]));
+  });
+
+  it('a batch of jobs that need approval and jobs that do not, with an idle worker running: only the latter run', async (ctx) => {
+    const rig = await Rig.open(ctx, kind);
+    const op = approvalOp(rig, 'idempotent', {
+      approval: (input: { n: number }) => input.n % 2 === 1,
+    });
+    await rig.worker({ operations: [op] });
+    const jobs = await rig.q.enqueueMany(
+      op,
+      [0, 1, 2, 3].map((n) => ({ input: { n }, key: `mixed-${n}` })),
+    );
+    expect(jobs.map((j) => j.state)).toEqual([
+      expect.stringMatching(/^(QUEUED|LEASED)$/),
+      'AWAITING_APPROVAL',
+      expect.stringMatching(/^(QUEUED|LEASED)$/),
+      'AWAITING_APPROVAL',
+    ]);
+    await rig.settle();
+    const states = await Promise.all(jobs.map(async (j) => (await rig.job(j.id)).job.state));
+    expect(states).toEqual(['SUCCEEDED', 'AWAITING_APPROVAL', 'SUCCEEDED', 'AWAITING_APPROVAL']);
+    expect([0, 1, 2, 3].map((n) => rig.downstream.effectsOf(`mixed-${n}`))).toEqual([1, 0, 1, 0]);
+    const v = await rig.verdict();
+    expectKeptPromises(v);
+    expect(v.byState.AWAITING_APPROVAL).toBe(2);
   });
 
   it('an approval function that throws rejects the enqueue, naming the operation', async (ctx) => {
@@ -341,5 +368,26 @@ describe('migrating a store made before approvals', () => {
     await expect(
       admin.query(`UPDATE reckon.jobs SET state = 'DONE' WHERE id = 'old-1'`),
     ).rejects.toThrow(/jobs_state_check/);
+  });
+});
+
+describe('the testkit verdict', () => {
+  it('flags an attempt or an effect of a job never approved', () => {
+    const job = {
+      id: 'j1',
+      requestKey: 'k1',
+      state: 'CANCELLED',
+    } as unknown as JobDetail['job'];
+    const enqueued = { kind: 'enqueued', toState: 'AWAITING_APPROVAL' } as EventRecord;
+    const denied = { kind: 'denied', toState: 'CANCELLED' } as EventRecord;
+    const approved = { kind: 'approved', toState: 'QUEUED' } as EventRecord;
+    const attempt = { attemptNo: 1, state: 'FAILED', dispatchedAt: 1 } as AttemptRecord;
+    const none = { effectsOf: () => 0 };
+    const clean = judgeDetails([{ job, attempts: [], events: [enqueued, denied] }], none);
+    expect(clean.violations).toEqual([]);
+    const ran = judgeDetails([{ job, attempts: [attempt], events: [enqueued, denied] }], none);
+    expect(ran.findings.map((f) => f.kind)).toEqual(['unapproved-attempt']);
+    const ok = judgeDetails([{ job, attempts: [attempt], events: [enqueued, approved] }], none);
+    expect(ok.violations).toEqual([]);
   });
 });
