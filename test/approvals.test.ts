@@ -5,7 +5,8 @@
  */
 import Database from 'better-sqlite3';
 import pg from 'pg';
-import { describe, expect, it } from 'vitest';
+import { v7 as uuidv7 } from 'uuid';
+import { describe, expect, it, type TestContext } from 'vitest';
 import {
   InvalidInput,
   JobNotFound,
@@ -24,7 +25,14 @@ import {
   MIGRATIONS as SQLITE_MIGRATIONS,
 } from '../src/store/sqlite/schema.js';
 import { rewriteTables } from '../src/store/sqlite/sqlite-store.js';
-import type { AttemptRecord, EventRecord, JobDetail } from '../src/store/store.js';
+import { createStore } from '../src/store/open.js';
+import type {
+  AttemptRecord,
+  EventRecord,
+  JobDetail,
+  JobInsert,
+  Store,
+} from '../src/store/store.js';
 import type { Flavour } from '../src/testkit/operations.js';
 import { judgeDetails } from '../src/testkit/verdict.js';
 import {
@@ -389,5 +397,128 @@ describe('the testkit verdict', () => {
     expect(ran.findings.map((f) => f.kind)).toEqual(['unapproved-attempt']);
     const ok = judgeDetails([{ job, attempts: [attempt], events: [enqueued, approved] }], none);
     expect(ok.violations).toEqual([]);
+  });
+});
+
+function newJob(key: string, approval?: JobInsert['approval']): JobInsert {
+  return {
+    id: uuidv7(),
+    queue: 'default',
+    operation: 'op.a',
+    inputJson: JSON.stringify({ key }),
+    requestKey: key,
+    fingerprint: `fp-${key}`,
+    runId: null,
+    stepId: null,
+    priority: 0,
+    delayMs: 0,
+    runAt: null,
+    maxAttempts: 3,
+    backoff: { initialMs: 10, factor: 2, maxMs: 100 },
+    timeoutMs: 1_000,
+    ...(approval ? { approval } : {}),
+  };
+}
+
+describe.each(STORE_KINDS)('store conformance of approvals: %s', (kind) => {
+  async function openStores(ctx: TestContext, n: number): Promise<Store[]> {
+    if (kind === 'postgres') {
+      const why = await pgUnavailableReason();
+      if (why) ctx.skip(why);
+    }
+    const ts = await makeTestStore(kind);
+    const stores: Store[] = [];
+    for (let i = 0; i < n; i++) {
+      const s = await createStore(ts.url);
+      await s.init();
+      stores.push(s);
+    }
+    ctx.onTestFinished(async () => {
+      await Promise.all(stores.map((s) => s.close()));
+      await ts.drop();
+    });
+    return stores;
+  }
+
+  it('writes the state and both columns, is never claimed, and reads back as written', async (ctx) => {
+    const [store] = await openStores(ctx, 1);
+    const [r] = await store!.jobInsertMany({
+      jobs: [newJob('a', { reason: 'why', expiresInMs: 60_000 })],
+      actor: 't',
+    });
+    expect(r!.created).toBe(true);
+    const { job } = r!;
+    expect(job).toMatchObject({ state: 'AWAITING_APPROVAL', approvalReason: 'why' });
+    expect(job.approvalExpiresAt).toBe(job.createdAt + 60_000);
+    const read = (await store!.jobGet({ id: job.id }))!;
+    expect(read.job).toEqual(job);
+    expect(read.events).toMatchObject([
+      {
+        kind: 'enqueued',
+        toState: 'AWAITING_APPROVAL',
+        detail: { approval: { reason: 'why', expiresAt: job.approvalExpiresAt } },
+      },
+    ]);
+    const claimed = await store!.attemptClaimMany({
+      ownerId: 'w',
+      queues: ['default'],
+      operations: ['op.a'],
+      limit: 10,
+      leaseMs: 1_000,
+    });
+    expect(claimed).toEqual([]);
+    expect(await store!.jobApprovalList({ limit: 10 })).toEqual([job]);
+    const missing = await store!.jobApprovalDecide({
+      jobId: 'nope',
+      to: 'QUEUED',
+      kind: 'approved',
+      actor: 't',
+      detail: {},
+      error: null,
+    });
+    expect(missing).toEqual({ ok: false, job: null });
+  });
+
+  it('expiry takes at most `limit` due jobs a pass, on the store clock; two stores expiring at once cancel each job once', async (ctx) => {
+    const [a, b] = await openStores(ctx, 2);
+    const jobs = Array.from({ length: 7 }, (_, i) =>
+      newJob(`e${i}`, { reason: null, expiresInMs: 1 }),
+    );
+    jobs.push(newJob('later', { reason: null, expiresInMs: 3_600_000 }));
+    jobs.push(newJob('never', { reason: null, expiresInMs: null }));
+    await a!.jobInsertMany({ jobs, actor: 't' });
+    const error = { name: 'ApprovalExpired', message: 'timed out' };
+    // Wait for the store's clock to pass the expiry (1 ms after enqueue).
+    const now = await a!.clockNow();
+    await until('the store clock to move', async () => (await a!.clockNow()) > now + 1);
+    const first = await a!.jobApprovalExpireMany({ limit: 2, actor: 'x', error });
+    expect(first).toHaveLength(2);
+    const rest = await Promise.all([
+      a!.jobApprovalExpireMany({ limit: 100, actor: 'a', error }),
+      b!.jobApprovalExpireMany({ limit: 100, actor: 'b', error }),
+      a!.jobApprovalExpireMany({ limit: 100, actor: 'a2', error }),
+    ]);
+    const expired = [...first, ...rest.flat()];
+    expect(expired.map((j) => j.requestKey).sort()).toEqual([
+      'e0',
+      'e1',
+      'e2',
+      'e3',
+      'e4',
+      'e5',
+      'e6',
+    ]);
+    for (const j of expired) {
+      expect(j).toMatchObject({ state: 'CANCELLED', error, approvalExpiresAt: null });
+      const { events, attempts } = (await a!.jobGet({ id: j.id }))!;
+      expect(attempts).toEqual([]);
+      expect(events.filter((e) => e.kind === 'approval-expired')).toHaveLength(1);
+    }
+    const left = await b!.jobApprovalList({ limit: 10 });
+    expect(left.map((j) => j.requestKey).sort()).toEqual(['later', 'never']);
+    const stats = await b!.jobApprovalStats();
+    expect(stats.byOperation).toEqual([
+      { operation: 'op.a', awaiting: 2, oldestAt: left[0]!.createdAt },
+    ]);
   });
 });
