@@ -259,6 +259,17 @@ describe.each(STORE_KINDS)('approvals on %s', (kind) => {
       rig.q.approvals.decide(job.id, { approve: true, actor: 'late' }),
     ).rejects.toBeInstanceOf(JobStateConflict);
     expect((await rig.job(waits.id)).job.state).toBe('AWAITING_APPROVAL');
+    // q.cancel takes an awaiting job too, as a denial would.
+    const cancelled = await rig.q.cancel(waits.id, { actor: 'ops', reason: 'no longer wanted' });
+    expect(cancelled).toMatchObject({
+      state: 'CANCELLED',
+      error: { name: 'Cancelled', message: 'no longer wanted' },
+    });
+    expect((await rig.job(waits.id)).events.at(-1)).toMatchObject({
+      kind: 'cancelled',
+      fromState: 'AWAITING_APPROVAL',
+      actor: 'ops',
+    });
     expect(rig.downstream.stats.requests).toBe(0);
   });
 
