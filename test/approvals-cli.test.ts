@@ -98,6 +98,9 @@ describe('reckon approvals', () => {
       [b!.id, { amount: 20 }, 'refund of 20 EUR'],
     ]);
     expect(listed[0]!.expiresInMs).toBeGreaterThan(0);
+    const shown = await reckon(['jobs', 'show', a!.id]);
+    expect(shown.stdout).toMatch(/state\s+│ AWAITING_APPROVAL/);
+    expect(shown.stdout).toMatch(/approval reason\s+│ refund of 10 EUR/);
 
     // Missing --actor: a usage error.
     const noActor = await reckon(['approvals', 'approve', a!.id]);
