@@ -213,6 +213,33 @@ describe.each(STORE_KINDS)('approvals on %s', (kind) => {
     expect(v.byState.AWAITING_APPROVAL).toBe(2);
   });
 
+  it.runIf(kind === 'postgres')(
+    'in the caller’s transaction (outbox): awaiting iff it commits, run once approved',
+    async (ctx) => {
+      const rig = await Rig.open(ctx, kind);
+      const op = approvalOp(rig, 'none');
+      await rig.worker({ operations: [op] });
+      const app = new pg.Client({ connectionString: rig.store.url });
+      await app.connect();
+      ctx.onTestFinished(() => app.end());
+      await app.query('BEGIN');
+      await rig.q.enqueue(op, { n: 1 }, { key: 'tx-1', transaction: app });
+      await app.query('ROLLBACK');
+      await app.query('BEGIN');
+      const job = await rig.q.enqueue(op, { n: 2 }, { key: 'tx-2', transaction: app });
+      await app.query('COMMIT');
+      expect((await rig.q.jobs()).map((j) => [j.requestKey, j.state])).toEqual([
+        ['tx-2', 'AWAITING_APPROVAL'],
+      ]);
+      await rig.q.approvals.decide(job.id, { approve: true, actor: 'a' });
+      await until(
+        'the job to succeed',
+        async () => (await rig.job(job.id)).job.state === 'SUCCEEDED',
+      );
+      expect(rig.downstream.effectsOf('tx-2')).toBe(1);
+    },
+  );
+
   it('an approval function that throws rejects the enqueue, naming the operation', async (ctx) => {
     const rig = await Rig.open(ctx, kind);
     const op = approvalOp(rig, 'none', {
