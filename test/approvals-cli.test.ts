@@ -7,7 +7,13 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { join, resolve } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { defineOperation, openQueue, type JobRecord } from '../src/index.js';
-import { tempSqliteStore, type TestStore } from './helpers/stores.js';
+import {
+  STORE_KINDS,
+  makeTestStore,
+  pgUnavailableReason,
+  tempSqliteStore,
+  type TestStore,
+} from './helpers/stores.js';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const MAIN = join(ROOT, 'src', 'cli', 'main.ts');
@@ -92,6 +98,9 @@ describe('reckon approvals', () => {
       [b!.id, { amount: 20 }, 'refund of 20 EUR'],
     ]);
     expect(listed[0]!.expiresInMs).toBeGreaterThan(0);
+    const shown = await reckon(['jobs', 'show', a!.id]);
+    expect(shown.stdout).toMatch(/state\s+│ AWAITING_APPROVAL/);
+    expect(shown.stdout).toMatch(/approval reason\s+│ refund of 10 EUR/);
 
     // Missing --actor: a usage error.
     const noActor = await reckon(['approvals', 'approve', a!.id]);
@@ -153,6 +162,34 @@ describe('reckon approvals', () => {
     expect(body.approvals).toEqual([
       expect.objectContaining({ operation: 'payments.refund', awaiting: 1 }),
     ]);
+  });
+});
+
+describe.each(STORE_KINDS)('two approver processes at once on %s', (kind) => {
+  it('one decision is recorded; the other process gets JOB_STATE_CONFLICT', async (ctx) => {
+    if (kind === 'postgres') {
+      const why = await pgUnavailableReason();
+      if (why) ctx.skip(why);
+      await store.drop();
+      store = await makeTestStore('postgres');
+    }
+    const [job] = await awaiting(99);
+    const runs = await Promise.all([
+      reckon(['approvals', 'approve', job!.id, '--actor', 'alice', '--json']),
+      reckon(['approvals', 'deny', job!.id, '--actor', 'bob', '--json']),
+    ]);
+    expect(runs.map((r) => r.code).sort()).toEqual([0, 1]);
+    const loser = runs.find((r) => r.code === 1)!;
+    expect(JSON.parse(loser.stdout)).toMatchObject({ error: { code: 'JOB_STATE_CONFLICT' } });
+    const winner = JSON.parse(runs.find((r) => r.code === 0)!.stdout) as JobRecord;
+    const q = await openQueue({ store: store.url });
+    try {
+      const detail = (await q.job(job!.id))!;
+      expect(detail.job.state).toBe(winner.state);
+      expect(detail.events.filter((e) => e.fromState === 'AWAITING_APPROVAL')).toHaveLength(1);
+    } finally {
+      await q.close();
+    }
   });
 });
 

@@ -5,7 +5,8 @@
  */
 import Database from 'better-sqlite3';
 import pg from 'pg';
-import { describe, expect, it } from 'vitest';
+import { v7 as uuidv7 } from 'uuid';
+import { describe, expect, it, type TestContext } from 'vitest';
 import {
   InvalidInput,
   JobNotFound,
@@ -24,7 +25,16 @@ import {
   MIGRATIONS as SQLITE_MIGRATIONS,
 } from '../src/store/sqlite/schema.js';
 import { rewriteTables } from '../src/store/sqlite/sqlite-store.js';
+import { createStore } from '../src/store/open.js';
+import type {
+  AttemptRecord,
+  EventRecord,
+  JobDetail,
+  JobInsert,
+  Store,
+} from '../src/store/store.js';
 import type { Flavour } from '../src/testkit/operations.js';
+import { judgeDetails } from '../src/testkit/verdict.js';
 import {
   STORE_KINDS,
   makeTestStore,
@@ -178,6 +188,58 @@ describe.each(STORE_KINDS)('approvals on %s', (kind) => {
     expectKeptPromises(await rig.verdict([big.id, small.id]));
   });
 
+  it('a batch of jobs that need approval and jobs that do not, with an idle worker running: only the latter run', async (ctx) => {
+    const rig = await Rig.open(ctx, kind);
+    const op = approvalOp(rig, 'idempotent', {
+      approval: (input: { n: number }) => input.n % 2 === 1,
+    });
+    await rig.worker({ operations: [op] });
+    const jobs = await rig.q.enqueueMany(
+      op,
+      [0, 1, 2, 3].map((n) => ({ input: { n }, key: `mixed-${n}` })),
+    );
+    expect(jobs.map((j) => j.state)).toEqual([
+      expect.stringMatching(/^(QUEUED|LEASED)$/),
+      'AWAITING_APPROVAL',
+      expect.stringMatching(/^(QUEUED|LEASED)$/),
+      'AWAITING_APPROVAL',
+    ]);
+    await rig.settle();
+    const states = await Promise.all(jobs.map(async (j) => (await rig.job(j.id)).job.state));
+    expect(states).toEqual(['SUCCEEDED', 'AWAITING_APPROVAL', 'SUCCEEDED', 'AWAITING_APPROVAL']);
+    expect([0, 1, 2, 3].map((n) => rig.downstream.effectsOf(`mixed-${n}`))).toEqual([1, 0, 1, 0]);
+    const v = await rig.verdict();
+    expectKeptPromises(v);
+    expect(v.byState.AWAITING_APPROVAL).toBe(2);
+  });
+
+  it.runIf(kind === 'postgres')(
+    'in the caller’s transaction (outbox): awaiting iff it commits, run once approved',
+    async (ctx) => {
+      const rig = await Rig.open(ctx, kind);
+      const op = approvalOp(rig, 'none');
+      await rig.worker({ operations: [op] });
+      const app = new pg.Client({ connectionString: rig.store.url });
+      await app.connect();
+      ctx.onTestFinished(() => app.end());
+      await app.query('BEGIN');
+      await rig.q.enqueue(op, { n: 1 }, { key: 'tx-1', transaction: app });
+      await app.query('ROLLBACK');
+      await app.query('BEGIN');
+      const job = await rig.q.enqueue(op, { n: 2 }, { key: 'tx-2', transaction: app });
+      await app.query('COMMIT');
+      expect((await rig.q.jobs()).map((j) => [j.requestKey, j.state])).toEqual([
+        ['tx-2', 'AWAITING_APPROVAL'],
+      ]);
+      await rig.q.approvals.decide(job.id, { approve: true, actor: 'a' });
+      await until(
+        'the job to succeed',
+        async () => (await rig.job(job.id)).job.state === 'SUCCEEDED',
+      );
+      expect(rig.downstream.effectsOf('tx-2')).toBe(1);
+    },
+  );
+
   it('an approval function that throws rejects the enqueue, naming the operation', async (ctx) => {
     const rig = await Rig.open(ctx, kind);
     const op = approvalOp(rig, 'none', {
@@ -224,6 +286,17 @@ describe.each(STORE_KINDS)('approvals on %s', (kind) => {
       rig.q.approvals.decide(job.id, { approve: true, actor: 'late' }),
     ).rejects.toBeInstanceOf(JobStateConflict);
     expect((await rig.job(waits.id)).job.state).toBe('AWAITING_APPROVAL');
+    // q.cancel takes an awaiting job too, as a denial would.
+    const cancelled = await rig.q.cancel(waits.id, { actor: 'ops', reason: 'no longer wanted' });
+    expect(cancelled).toMatchObject({
+      state: 'CANCELLED',
+      error: { name: 'Cancelled', message: 'no longer wanted' },
+    });
+    expect((await rig.job(waits.id)).events.at(-1)).toMatchObject({
+      kind: 'cancelled',
+      fromState: 'AWAITING_APPROVAL',
+      actor: 'ops',
+    });
     expect(rig.downstream.stats.requests).toBe(0);
   });
 
@@ -341,5 +414,149 @@ describe('migrating a store made before approvals', () => {
     await expect(
       admin.query(`UPDATE reckon.jobs SET state = 'DONE' WHERE id = 'old-1'`),
     ).rejects.toThrow(/jobs_state_check/);
+  });
+});
+
+describe('the testkit verdict', () => {
+  it('flags an attempt or an effect of a job never approved', () => {
+    const job = {
+      id: 'j1',
+      requestKey: 'k1',
+      state: 'CANCELLED',
+    } as unknown as JobDetail['job'];
+    const enqueued = { kind: 'enqueued', toState: 'AWAITING_APPROVAL' } as EventRecord;
+    const denied = { kind: 'denied', toState: 'CANCELLED' } as EventRecord;
+    const approved = { kind: 'approved', toState: 'QUEUED' } as EventRecord;
+    const attempt = { attemptNo: 1, state: 'FAILED', dispatchedAt: 1 } as AttemptRecord;
+    const none = { effectsOf: () => 0 };
+    const clean = judgeDetails([{ job, attempts: [], events: [enqueued, denied] }], none);
+    expect(clean.violations).toEqual([]);
+    const ran = judgeDetails([{ job, attempts: [attempt], events: [enqueued, denied] }], none);
+    expect(ran.findings.map((f) => f.kind)).toEqual(['unapproved-attempt']);
+    const ok = judgeDetails([{ job, attempts: [attempt], events: [enqueued, approved] }], none);
+    expect(ok.violations).toEqual([]);
+  });
+});
+
+function newJob(key: string, approval?: JobInsert['approval']): JobInsert {
+  return {
+    id: uuidv7(),
+    queue: 'default',
+    operation: 'op.a',
+    inputJson: JSON.stringify({ key }),
+    requestKey: key,
+    fingerprint: `fp-${key}`,
+    runId: null,
+    stepId: null,
+    priority: 0,
+    delayMs: 0,
+    runAt: null,
+    maxAttempts: 3,
+    backoff: { initialMs: 10, factor: 2, maxMs: 100 },
+    timeoutMs: 1_000,
+    ...(approval ? { approval } : {}),
+  };
+}
+
+describe.each(STORE_KINDS)('store conformance of approvals: %s', (kind) => {
+  async function openStores(ctx: TestContext, n: number): Promise<Store[]> {
+    if (kind === 'postgres') {
+      const why = await pgUnavailableReason();
+      if (why) ctx.skip(why);
+    }
+    const ts = await makeTestStore(kind);
+    const stores: Store[] = [];
+    for (let i = 0; i < n; i++) {
+      const s = await createStore(ts.url);
+      await s.init();
+      stores.push(s);
+    }
+    ctx.onTestFinished(async () => {
+      await Promise.all(stores.map((s) => s.close()));
+      await ts.drop();
+    });
+    return stores;
+  }
+
+  it('writes the state and both columns, is never claimed, and reads back as written', async (ctx) => {
+    const [store] = await openStores(ctx, 1);
+    const [r] = await store!.jobInsertMany({
+      jobs: [newJob('a', { reason: 'why', expiresInMs: 60_000 })],
+      actor: 't',
+    });
+    expect(r!.created).toBe(true);
+    const { job } = r!;
+    expect(job).toMatchObject({ state: 'AWAITING_APPROVAL', approvalReason: 'why' });
+    expect(job.approvalExpiresAt).toBe(job.createdAt + 60_000);
+    const read = (await store!.jobGet({ id: job.id }))!;
+    expect(read.job).toEqual(job);
+    expect(read.events).toMatchObject([
+      {
+        kind: 'enqueued',
+        toState: 'AWAITING_APPROVAL',
+        detail: { approval: { reason: 'why', expiresAt: job.approvalExpiresAt } },
+      },
+    ]);
+    const claimed = await store!.attemptClaimMany({
+      ownerId: 'w',
+      queues: ['default'],
+      operations: ['op.a'],
+      limit: 10,
+      leaseMs: 1_000,
+    });
+    expect(claimed).toEqual([]);
+    expect(await store!.jobApprovalList({ limit: 10 })).toEqual([job]);
+    const missing = await store!.jobApprovalDecide({
+      jobId: 'nope',
+      to: 'QUEUED',
+      kind: 'approved',
+      actor: 't',
+      detail: {},
+      error: null,
+    });
+    expect(missing).toEqual({ ok: false, job: null });
+  });
+
+  it('expiry takes at most `limit` due jobs a pass, on the store clock; two stores expiring at once cancel each job once', async (ctx) => {
+    const [a, b] = await openStores(ctx, 2);
+    const jobs = Array.from({ length: 7 }, (_, i) =>
+      newJob(`e${i}`, { reason: null, expiresInMs: 1 }),
+    );
+    jobs.push(newJob('later', { reason: null, expiresInMs: 3_600_000 }));
+    jobs.push(newJob('never', { reason: null, expiresInMs: null }));
+    await a!.jobInsertMany({ jobs, actor: 't' });
+    const error = { name: 'ApprovalExpired', message: 'timed out' };
+    // Wait for the store's clock to pass the expiry (1 ms after enqueue).
+    const now = await a!.clockNow();
+    await until('the store clock to move', async () => (await a!.clockNow()) > now + 1);
+    const first = await a!.jobApprovalExpireMany({ limit: 2, actor: 'x', error });
+    expect(first).toHaveLength(2);
+    const rest = await Promise.all([
+      a!.jobApprovalExpireMany({ limit: 100, actor: 'a', error }),
+      b!.jobApprovalExpireMany({ limit: 100, actor: 'b', error }),
+      a!.jobApprovalExpireMany({ limit: 100, actor: 'a2', error }),
+    ]);
+    const expired = [...first, ...rest.flat()];
+    expect(expired.map((j) => j.requestKey).sort()).toEqual([
+      'e0',
+      'e1',
+      'e2',
+      'e3',
+      'e4',
+      'e5',
+      'e6',
+    ]);
+    for (const j of expired) {
+      expect(j).toMatchObject({ state: 'CANCELLED', error, approvalExpiresAt: null });
+      const { events, attempts } = (await a!.jobGet({ id: j.id }))!;
+      expect(attempts).toEqual([]);
+      expect(events.filter((e) => e.kind === 'approval-expired')).toHaveLength(1);
+    }
+    const left = await b!.jobApprovalList({ limit: 10 });
+    expect(left.map((j) => j.requestKey).sort()).toEqual(['later', 'never']);
+    const stats = await b!.jobApprovalStats();
+    expect(stats.byOperation).toEqual([
+      { operation: 'op.a', awaiting: 2, oldestAt: left[0]!.createdAt },
+    ]);
   });
 });

@@ -107,6 +107,24 @@ export class Approvals {
     return job;
   }
 
+  /** `q.cancel` of a job awaiting approval: CANCELLED as by a denial, with a `cancelled` event. */
+  async cancel(jobId: string, actor: string, reason: string): Promise<JobRecord> {
+    assertJobTransition('AWAITING_APPROVAL', 'CANCELLED');
+    const r = await this.queue.store.jobApprovalDecide({
+      jobId,
+      to: 'CANCELLED',
+      kind: 'cancelled',
+      actor,
+      detail: { reason },
+      error: { name: 'Cancelled', message: reason },
+    });
+    if (!r.ok) {
+      if (!r.job) throw new JobNotFound(jobId);
+      throw new JobStateConflict(`job ${jobId} changed while it was being cancelled`, r.job.state);
+    }
+    return r.job;
+  }
+
   /**
    * One pass of expiry: cancels jobs whose approval timed out (store clock), in batches.
    * Returns true when there may be more at once. Safe to run in many processes at once.

@@ -448,6 +448,9 @@ export class Queue {
       reason: options.reason ?? 'cancelled',
     });
     if (!r) throw new JobNotFound(id);
+    // Awaiting approval: cancelled the way a denial is, by a write conditional on that state.
+    if (!r.cancelled && r.job.state === 'AWAITING_APPROVAL')
+      return this.approvals.cancel(id, options.actor ?? this.actor, options.reason ?? 'cancelled');
     if (!r.cancelled)
       throw new JobStateConflict(`job ${id} cannot be cancelled: ${r.why}`, r.job.state);
     this.log.info(

@@ -184,11 +184,11 @@ CREATE TRIGGER jobs_outcome AFTER UPDATE OF state ON jobs FOR EACH ROW
     name: 'approval before dispatch',
     sql: `
 ALTER TABLE jobs
-  ADD COLUMN approval_reason text,
-  ADD COLUMN approval_expires_at timestamptz,
-  DROP CONSTRAINT jobs_state_check,
+  ADD COLUMN IF NOT EXISTS approval_reason text,
+  ADD COLUMN IF NOT EXISTS approval_expires_at timestamptz,
+  DROP CONSTRAINT IF EXISTS jobs_state_check,
   ADD CONSTRAINT jobs_state_check CHECK (state IN ('AWAITING_APPROVAL',${JOB_STATES}));
-CREATE INDEX jobs_approval ON jobs (approval_expires_at) WHERE state = 'AWAITING_APPROVAL';
+CREATE INDEX IF NOT EXISTS jobs_approval ON jobs (approval_expires_at) WHERE state = 'AWAITING_APPROVAL';
 `,
   },
 ];

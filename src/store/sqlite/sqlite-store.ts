@@ -359,6 +359,19 @@ export function rewriteTables(
   }
 }
 
+/** Adds each column its table lacks (see `Migration.columns`), inside the migration's transaction. */
+export function addColumns(
+  db: Database.Database,
+  columns: NonNullable<Migration['columns']>,
+): void {
+  for (const c of columns) {
+    const has = db
+      .prepare(`SELECT 1 FROM pragma_table_info(?) WHERE name = ?`)
+      .get(c.table, c.column);
+    if (!has) db.exec(`ALTER TABLE ${c.table} ADD COLUMN ${c.column} ${c.type}`);
+  }
+}
+
 export class SqliteStore implements Store {
   readonly kind = 'sqlite' as const;
   readonly location: string;
@@ -472,6 +485,7 @@ export class SqliteStore implements Store {
         throw new SchemaTooNew(this.location, current, LATEST_SCHEMA_VERSION);
       for (const m of MIGRATIONS) {
         if (m.version <= current) continue;
+        if (m.columns) addColumns(db, m.columns);
         if (m.sql) db.exec(m.sql);
         if (m.rewrites) rewriteTables(db, m.rewrites);
         db.prepare(
