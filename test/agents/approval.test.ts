@@ -111,7 +111,7 @@ describe('MCP approval decided in reckon', () => {
       const queue = await setUp();
       client = await mcpClient.connectReckon({
         store: store!.url,
-        args: ['--wait-ms', '300', '--approvals', 'list'],
+        args: ['--wait-ms', '300', '--approvals', approve ? 'list' : 'decide'],
         env: mailbox!.env,
       });
       const call = () =>
@@ -129,7 +129,20 @@ describe('MCP approval decided in reckon', () => {
       });
       const listed = await client.callTool({ name: 'reckon_approvals', arguments: {} });
       expect(JSON.stringify(listed.structuredContent)).toContain('mcp-approval-1');
-      await decideWhenAsked(queue, approve, 'checked by alice');
+      const jobId = (first.structuredContent as { jobId: string }).jobId;
+      if (approve) await decideWhenAsked(queue, true, 'checked by alice');
+      else {
+        // --approvals decide: a client acting for a person decides through the MCP tool.
+        const decided = await client.callTool({
+          name: 'reckon_approval_decide',
+          arguments: { jobId, approve: false, note: 'checked by alice' },
+        });
+        expect(decided.isError).toBeFalsy();
+        expect((await queue.job(jobId))!.events.at(-1)).toMatchObject({
+          kind: 'denied',
+          actor: 'operator:mcp',
+        });
+      }
       await until(async () => {
         const again = await call();
         const status = (again.structuredContent as { status: string }).status;
