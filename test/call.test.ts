@@ -312,6 +312,13 @@ describe.each(kinds)('q.call and q.waitFor on %s', (kind, skipReason) => {
       cleanup.push(() => remote.stop());
       const theirs = await q.call(op, { n: 2 }, { key: 'notified-2', timeoutMs: 30_000 });
       expect(theirs.state).toBe('SUCCEEDED');
+      // Many at once: every one of them is watched and woken, not only the first.
+      const many = await Promise.all(
+        Array.from({ length: 20 }, (_, n) =>
+          q.call(op, { n }, { key: `notified-many-${n}`, timeoutMs: 30_000 }),
+        ),
+      );
+      expect(many.every((o) => o.state === 'SUCCEEDED')).toBe(true);
       expect(performance.now() - t0).toBeLessThan(20_000);
       if (kind === 'postgres') {
         const c = new pg.Client({ connectionString: t.url });

@@ -249,7 +249,10 @@ export class OutcomeWaiters {
   private remove(w: Waiter): void {
     const set = this.waiters.get(w.jobId);
     if (!set?.delete(w)) return;
-    if (set.size === 0) this.waiters.delete(w.jobId);
+    if (set.size === 0) {
+      this.waiters.delete(w.jobId);
+      this.unwatched.delete(w.jobId);
+    }
     this.count--;
     this.o.onCount?.(-1);
     if (this.count === 0) {
@@ -263,7 +266,9 @@ export class OutcomeWaiters {
     this.subscription ??= (async () => {
       if (!this.store.jobChangeSubscribe) return undefined;
       try {
-        const sub = await this.store.jobChangeSubscribe({ onChange: (ids) => this.onChange(ids) });
+        const sub = await this.store.jobChangeSubscribe({
+          onChange: (ids, states) => this.onChange(ids, states),
+        });
         this.subscribed = true;
         this.subscriptionRead = sub.jobStateMany?.bind(sub);
         this.subscriptionWatch = sub.watch?.bind(sub);
@@ -279,10 +284,19 @@ export class OutcomeWaiters {
     return this.subscription;
   }
 
-  private onChange(ids: string[]): void {
+  private onChange(ids: string[], states?: JobStateRow[]): void {
     if (this.count === 0) return;
     if (ids.length === 0) this.all = true;
-    else for (const id of ids) if (this.waiters.has(id)) this.changed.add(id);
+    // States the notification carried (committed): outcomes settle without a read, and a job
+    // still pending needs none either.
+    const known = new Set<string>();
+    for (const row of states ?? []) {
+      known.add(row.id);
+      const outcome = outcomeOf(row);
+      if (outcome)
+        for (const w of [...(this.waiters.get(row.id) ?? [])]) this.settle(w, { outcome });
+    }
+    for (const id of ids) if (!known.has(id) && this.waiters.has(id)) this.changed.add(id);
     if (this.all || this.changed.size > 0) this.readChanged();
   }
 
@@ -296,11 +310,12 @@ export class OutcomeWaiters {
     void (async () => {
       try {
         while (!this.closed && (this.all || this.changed.size > 0)) {
-          // Watched before they are read: a change after the read is then notified.
-          if (this.unwatched.size > 0) await this.watch();
           const ids = this.all ? [...this.waiters.keys()] : [...this.changed];
           this.all = false;
           this.changed.clear();
+          // New waits' jobs are watched before they are read: a later change is then notified.
+          const fresh = ids.filter((id) => this.unwatched.delete(id));
+          if (fresh.length > 0) await this.watch(fresh);
           await this.check(ids);
         }
       } finally {
@@ -309,9 +324,7 @@ export class OutcomeWaiters {
     })();
   }
 
-  private async watch(): Promise<void> {
-    const ids = [...this.unwatched].filter((id) => this.waiters.has(id));
-    this.unwatched.clear();
+  private async watch(ids: string[]): Promise<void> {
     for (let i = 0; i < ids.length; i += READ_CHUNK) {
       try {
         await this.subscriptionWatch!({ ids: ids.slice(i, i + READ_CHUNK) });

@@ -388,10 +388,13 @@ export interface Store {
    * FAILED, CANCELLED, UNKNOWN, NEEDS_REVIEW, AWAITING_APPROVAL), committed by any process (where
    * the subscription has `watch`: the watched jobs, at least). An
    * empty list means "jobs may have changed, which ones is not known" (e.g. after a reconnect):
-   * check every job you wait for. Best effort: waiters still poll, so a lost notification only
-   * costs latency.
+   * check every job you wait for. `states`: the committed states of some of those jobs, where
+   * the notification carried them (PostgreSQL, when they fit), so that no read is needed. Best
+   * effort: waiters still poll, so a lost notification only costs latency.
    */
-  jobChangeSubscribe?(p: { onChange: (jobIds: string[]) => void }): Promise<JobChangeSubscription>;
+  jobChangeSubscribe?(p: {
+    onChange: (jobIds: string[], states?: JobStateRow[]) => void;
+  }): Promise<JobChangeSubscription>;
   /**
    * Optional: `fn` hears of every successful commit of shared writes from now on (for metrics;
    * it must be quick and must not throw). Returns the function that stops it.

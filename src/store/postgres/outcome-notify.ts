@@ -65,7 +65,7 @@ export async function jobStatesRead(
 export async function jobChangesSubscribe(p: {
   config: pg.ClientConfig;
   schema: string;
-  onChange: (jobIds: string[]) => void;
+  onChange: (jobIds: string[], states?: JobStateRow[]) => void;
 }): Promise<JobChangeSubscription> {
   const listener = new OutcomeListener(p.config, outcomeChannel(p.schema), p.onChange);
   await listener.start();
@@ -87,7 +87,7 @@ class OutcomeListener {
   constructor(
     private readonly config: pg.ClientConfig,
     private readonly channel: string,
-    private readonly onChange: (jobIds: string[]) => void,
+    private readonly onChange: (jobIds: string[], states?: JobStateRow[]) => void,
   ) {}
 
   /** Reads job states on the listening connection (idle but for notifications). */
@@ -140,7 +140,7 @@ class OutcomeListener {
     client.on('error', onLost);
     client.on('end', onLost);
     client.on('notification', (msg) => {
-      if (msg.payload) this.tell(msg.payload.split(','));
+      if (msg.payload) this.notified(msg.payload);
     });
     try {
       await client.connect();
@@ -175,9 +175,35 @@ class OutcomeListener {
     this.retryTimer.unref();
   }
 
-  private tell(ids: string[]): void {
+  /** A payload is `{ id, state?, result?, error? }` (see the migration); result and error as JSON text. */
+  private notified(payload: string): void {
+    let n: { id?: unknown; state?: unknown; result?: unknown; error?: unknown };
     try {
-      this.onChange(ids);
+      n = JSON.parse(payload) as typeof n;
+    } catch {
+      return this.tell([]); // not ours to read: check every waited job
+    }
+    if (typeof n.id !== 'string') return this.tell([]);
+    if (typeof n.state !== 'string') return this.tell([n.id]);
+    const text = (v: unknown) => (typeof v === 'string' ? v : null);
+    const result = text(n.result);
+    const error = text(n.error);
+    this.tell(
+      [n.id],
+      [
+        {
+          id: n.id,
+          state: n.state as JobState,
+          result: result === null ? null : (JSON.parse(result) as Json),
+          error: error === null ? null : (JSON.parse(error) as ErrorInfo),
+        },
+      ],
+    );
+  }
+
+  private tell(ids: string[], states?: JobStateRow[]): void {
+    try {
+      this.onChange(ids, states);
     } catch {
       // The subscriber's failure is its own.
     }

@@ -1338,7 +1338,7 @@ export class PostgresStore implements Store {
   }
 
   jobChangeSubscribe(p: {
-    onChange: (jobIds: string[]) => void;
+    onChange: (jobIds: string[], states?: JobStateRow[]) => void;
   }): Promise<{ close(): Promise<void> }> {
     this.connPool();
     return jobChangesSubscribe({ config: this.clientConfig, schema: this.schema, ...p });
