@@ -6,7 +6,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join, resolve } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { defineOperation, openQueue, type JobRecord } from '../src/index.js';
+import { openQueue, type JobRecord } from '../src/index.js';
+import { refund } from './fixtures/approval-ops.js';
 import {
   STORE_KINDS,
   makeTestStore,
@@ -50,12 +51,6 @@ function reckon(args: string[]): Promise<Run> {
     child.once('close', (code) => res({ code, stdout, stderr }));
   });
 }
-
-const refund = defineOperation<{ amount: number }, string>({
-  name: 'payments.refund',
-  execute: () => Promise.resolve('ok'),
-  approval: (input) => `refund of ${input.amount} EUR`,
-});
 
 /** Enqueues awaiting jobs, one per amount, in the test process. */
 async function awaiting(...amounts: number[]): Promise<JobRecord[]> {
@@ -137,11 +132,21 @@ describe('reckon approvals', () => {
     ]);
   });
 
-  it('jobs list --state AWAITING_APPROVAL, and status --max-approval-age turns unhealthy', async () => {
-    const [a] = await awaiting(5);
+  it('enqueue says the job awaits approval; jobs list --state AWAITING_APPROVAL; status --max-approval-age turns unhealthy', async () => {
+    expect((await reckon(['init'])).code).toBe(0);
+    const enqueued = await reckon([
+      'enqueue',
+      'payments.refund',
+      '{"amount":5}',
+      '--operations',
+      'test/fixtures/approval-ops.ts',
+    ]);
+    expect(enqueued.code, enqueued.stderr).toBe(0);
+    const a = { id: enqueued.stdout.trim() };
+    expect(enqueued.stderr).toContain(`it awaits approval (reckon approvals approve|deny ${a.id}`);
     const byState = await reckon(['jobs', 'list', '--state', 'AWAITING_APPROVAL', '--json']);
     expect(byState.code, byState.stderr).toBe(0);
-    expect((JSON.parse(byState.stdout) as { id: string }[]).map((j) => j.id)).toEqual([a!.id]);
+    expect((JSON.parse(byState.stdout) as { id: string }[]).map((j) => j.id)).toEqual([a.id]);
 
     const healthy = await reckon(['status', '--max-approval-age', '3600000']);
     expect(healthy.code, healthy.stderr).toBe(0);
