@@ -201,7 +201,7 @@ describe.each(STORE_KINDS)('two approver processes at once on %s', (kind) => {
 describe('/api/approvals of reckon serve', () => {
   it('lists for anyone who may read, and takes a decision only with the token', async () => {
     const [a, b] = await awaiting(7, 8);
-    const child = start(['serve', '--port', '0', '--token', 's3cret']);
+    const child = start(['serve', '--port', '0', '--token', 's3cret', '--max-approval-age', '0']);
     const url = await new Promise<string>((res, rej) => {
       let err = '';
       child.stderr!.setEncoding('utf8').on('data', (d: string) => {
@@ -224,6 +224,16 @@ describe('/api/approvals of reckon serve', () => {
       /^reckon_awaiting_approval_oldest_age_seconds\{operation="payments.refund"\} [0-9.e-]+$/m,
     );
     expect(await (await fetch(`${url}/`)).text()).toContain('Awaiting approval');
+    const status = (await (await fetch(`${url}/api/status`)).json()) as {
+      healthy: boolean;
+      checks: unknown[];
+      approvals: unknown[];
+    };
+    expect(status.healthy).toBe(false);
+    expect(status.checks).toEqual([expect.objectContaining({ name: 'approval-age', ok: false })]);
+    expect(status.approvals).toEqual([
+      expect.objectContaining({ operation: 'payments.refund', awaiting: 2 }),
+    ]);
 
     const decide = (id: string, body: unknown, token?: string) =>
       fetch(`${url}/api/approvals/${id}`, {
