@@ -6,7 +6,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join, resolve } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { defineOperation, openQueue, type JobRecord } from '../src/index.js';
+import { openQueue, type JobRecord } from '../src/index.js';
+import { refund } from './fixtures/approval-ops.js';
 import {
   STORE_KINDS,
   makeTestStore,
@@ -50,12 +51,6 @@ function reckon(args: string[]): Promise<Run> {
     child.once('close', (code) => res({ code, stdout, stderr }));
   });
 }
-
-const refund = defineOperation<{ amount: number }, string>({
-  name: 'payments.refund',
-  execute: () => Promise.resolve('ok'),
-  approval: (input) => `refund of ${input.amount} EUR`,
-});
 
 /** Enqueues awaiting jobs, one per amount, in the test process. */
 async function awaiting(...amounts: number[]): Promise<JobRecord[]> {
@@ -137,11 +132,21 @@ describe('reckon approvals', () => {
     ]);
   });
 
-  it('jobs list --state AWAITING_APPROVAL, and status --max-approval-age turns unhealthy', async () => {
-    const [a] = await awaiting(5);
+  it('enqueue says the job awaits approval; jobs list --state AWAITING_APPROVAL; status --max-approval-age turns unhealthy', async () => {
+    expect((await reckon(['init'])).code).toBe(0);
+    const enqueued = await reckon([
+      'enqueue',
+      'payments.refund',
+      '{"amount":5}',
+      '--operations',
+      'test/fixtures/approval-ops.ts',
+    ]);
+    expect(enqueued.code, enqueued.stderr).toBe(0);
+    const a = { id: enqueued.stdout.trim() };
+    expect(enqueued.stderr).toContain(`it awaits approval (reckon approvals approve|deny ${a.id}`);
     const byState = await reckon(['jobs', 'list', '--state', 'AWAITING_APPROVAL', '--json']);
     expect(byState.code, byState.stderr).toBe(0);
-    expect((JSON.parse(byState.stdout) as { id: string }[]).map((j) => j.id)).toEqual([a!.id]);
+    expect((JSON.parse(byState.stdout) as { id: string }[]).map((j) => j.id)).toEqual([a.id]);
 
     const healthy = await reckon(['status', '--max-approval-age', '3600000']);
     expect(healthy.code, healthy.stderr).toBe(0);
@@ -196,7 +201,7 @@ describe.each(STORE_KINDS)('two approver processes at once on %s', (kind) => {
 describe('/api/approvals of reckon serve', () => {
   it('lists for anyone who may read, and takes a decision only with the token', async () => {
     const [a, b] = await awaiting(7, 8);
-    const child = start(['serve', '--port', '0', '--token', 's3cret']);
+    const child = start(['serve', '--port', '0', '--token', 's3cret', '--max-approval-age', '0']);
     const url = await new Promise<string>((res, rej) => {
       let err = '';
       child.stderr!.setEncoding('utf8').on('data', (d: string) => {
@@ -219,6 +224,16 @@ describe('/api/approvals of reckon serve', () => {
       /^reckon_awaiting_approval_oldest_age_seconds\{operation="payments.refund"\} [0-9.e-]+$/m,
     );
     expect(await (await fetch(`${url}/`)).text()).toContain('Awaiting approval');
+    const status = (await (await fetch(`${url}/api/status`)).json()) as {
+      healthy: boolean;
+      checks: unknown[];
+      approvals: unknown[];
+    };
+    expect(status.healthy).toBe(false);
+    expect(status.checks).toEqual([expect.objectContaining({ name: 'approval-age', ok: false })]);
+    expect(status.approvals).toEqual([
+      expect.objectContaining({ operation: 'payments.refund', awaiting: 2 }),
+    ]);
 
     const decide = (id: string, body: unknown, token?: string) =>
       fetch(`${url}/api/approvals/${id}`, {

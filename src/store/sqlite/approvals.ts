@@ -9,7 +9,6 @@ import type { ErrorInfo } from '../../core/errors.js';
 import { jobFromRow, jsonOrNull, type JobRow } from '../rows.js';
 import type { ApprovalDecide, ApprovalDecideResult, ApprovalStats, JobRecord } from '../store.js';
 
-/** Moves one awaiting job, if it still is; the row as written, or undefined. */
 // LIMIT +? below: a bare bound LIMIT makes SQLite re-prepare the statement on every run.
 
 /** Moves one awaiting job, if it still is; the row as written, or undefined. */
