@@ -1,18 +1,17 @@
 /**
- * Every system the bench knows, by the name --systems takes. The peers live in bench/'s own
- * package (bench/package.json), not in reckon's: they are loaded only when a run asks for one,
- * and installed (npm ci --prefix bench) the first time one is asked for. A reckon-only run
- * needs nothing beyond the repository's own install.
+ * Every system the bench knows, by the name --systems takes, each loaded only when a run asks
+ * for it (a memory child must not carry the others' libraries). The peers live in bench/'s own
+ * package (bench/package.json), not in reckon's, and are installed (npm ci --prefix bench) the
+ * first time a run asks for one: a reckon-only run needs only the repository's own install.
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { ReckonSystem } from './reckon.js';
 import type { BenchSystem } from './system.js';
 
-const RECKON: Record<string, () => BenchSystem> = {
-  'reckon-sqlite': () => new ReckonSystem('sqlite'),
-  'reckon-pg': () => new ReckonSystem('postgres'),
+const RECKON: Record<string, 'sqlite' | 'postgres'> = {
+  'reckon-sqlite': 'sqlite',
+  'reckon-pg': 'postgres',
 };
 
 /** Peer name → its module in this folder, which default-exports a factory. */
@@ -64,14 +63,16 @@ export async function loadSystems(
   if (peers.length > 0) ensurePeersInstalled(log);
   for (const name of names) {
     const file = PEERS[name];
-    if (!file) {
-      out[name] = RECKON[name]!;
-      continue;
-    }
-    // A computed specifier: the root typecheck (CI, where bench/ is not installed) does not
-    // follow it into the peers' packages; bench/tsconfig.json checks those files.
-    const mod = (await import(`./${file}`)) as { default: () => BenchSystem };
-    out[name] = mod.default;
+    const store = RECKON[name];
+    if (store) {
+      const { ReckonSystem } = await import('./reckon.js');
+      out[name] = () => new ReckonSystem(store);
+    } else if (file) {
+      // A computed specifier: the root typecheck (CI, where bench/ is not installed) does not
+      // follow it into the peers' packages; bench/tsconfig.json checks those files.
+      const mod = (await import(`./${file}`)) as { default: () => BenchSystem };
+      out[name] = mod.default;
+    } else throw new Error(`unknown system ${name}`);
   }
   return out;
 }
