@@ -25,8 +25,11 @@ export const SYSTEM_NAMES: readonly string[] = [...Object.keys(RECKON), ...Objec
 
 const BENCH_DIR = fileURLToPath(new URL('..', import.meta.url));
 
+/** npm could not install bench/'s package; npm has said why on stderr. */
+export class PeerInstallError extends Error {}
+
 /**
- * Installs bench/'s own dependencies when they are missing or older than its lock file (npm
+ * Installs bench/'s own dependencies when they are missing or do not match its lock file (npm
  * writes node_modules/.package-lock.json on every install).
  */
 export function ensurePeersInstalled(log: (m: string) => void): void {
@@ -34,13 +37,16 @@ export function ensurePeersInstalled(log: (m: string) => void): void {
   const lock = `${BENCH_DIR}package-lock.json`;
   if (existsSync(installed) && sameLock(installed, lock)) return;
   log('bench: installing the peers (npm ci --prefix bench), once');
-  execFileSync(
-    'npm',
-    ['ci', '--prefix', BENCH_DIR, '--no-audit', '--no-fund', '--loglevel=error'],
-    {
-      stdio: ['ignore', 'inherit', 'inherit'],
-    },
-  );
+  const args = ['ci', '--prefix', BENCH_DIR, '--no-audit', '--no-fund', '--loglevel=error'];
+  try {
+    execFileSync('npm', args, { stdio: ['ignore', 'inherit', 'inherit'] });
+  } catch (err) {
+    throw new PeerInstallError(
+      'could not install the peers (npm ci --prefix bench failed, above); ' +
+        'a reckon-only run needs none: --systems reckon-sqlite,reckon-pg',
+      { cause: err },
+    );
+  }
 }
 
 /** Whether every package the lock file requires is installed at the version it names. */
