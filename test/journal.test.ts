@@ -99,9 +99,9 @@ describe('which commits wait for an fsync', () => {
     // White box: the synchronous level each COMMIT runs under (2 = FULL: fsync; 1 = NORMAL: none).
     const inner = store as unknown as {
       conn(): Database.Database;
-      txStatements(): { commit: { run(): unknown } };
+      writer: { txStatements(): { commit: { run(): unknown } } };
     };
-    const commit = inner.txStatements().commit;
+    const commit = inner.writer.txStatements().commit;
     const levels: number[] = [];
     const run = commit.run.bind(commit);
     commit.run = () => {

@@ -37,6 +37,8 @@ function job(o: Partial<JobRecord> = {}): JobRecord {
     backoff: { initialMs: 10, factor: 2, maxMs: 100 },
     timeoutMs: 1_000,
     reconcileGraceMs: 5_000,
+    approvalReason: null,
+    approvalExpiresAt: null,
     nextCheckAt: null,
     lookupFailures: 0,
     result: null,

@@ -82,7 +82,8 @@ export class JobInserter {
         return this.h.db.tx((c) => this.insertJobs(c, jobs, actor));
       }
     }
-    const queues = [...new Set(jobs.map((j) => j.queue))];
+    // Jobs awaiting approval wake nobody: no worker may claim them yet.
+    const queues = [...new Set(jobs.filter((j) => !j.approval).map((j) => j.queue))];
     let r: pg.QueryResult<{ now: number }>;
     try {
       r = await this.h.db.statement<{ now: number }>(
@@ -205,7 +206,7 @@ export class JobInserter {
     const now = r.rows[0]!.now;
     const inserted = new Set(r.rows[0]!.ids);
     const wakes = this.h.db.wakesOf.get(c);
-    if (wakes) for (const j of batch) if (inserted.has(j.id)) wakes.add(j.queue);
+    if (wakes) for (const j of batch) if (inserted.has(j.id) && !j.approval) wakes.add(j.queue);
     const results = new Array<JobInsertResult | undefined>(jobs.length);
     const backoffOf = new Map(batch.map((j, i) => [j, backoffJson[i]]));
     const later: number[] = [];
@@ -306,6 +307,12 @@ function sharedColumn(
       return j.timeoutMs;
     case 'reconcile_grace_ms':
       return j.reconcileGraceMs;
+    case 'approval':
+      return j.approval !== undefined;
+    case 'approval_reason':
+      return j.approval?.reason ?? null;
+    case 'approval_expires_ms':
+      return j.approval?.expiresInMs ?? null;
   }
 }
 

@@ -23,6 +23,7 @@
 import pg from 'pg';
 import { InvalidInput, InvariantViolation, SchemaTooNew, assert } from '../../core/errors.js';
 import type { JobState } from '../../core/states.js';
+import type { ErrorInfo } from '../../core/errors.js';
 import { assertFinishLegal, assertTransitionLegal } from '../rules.js';
 import {
   attemptFromRow,
@@ -36,7 +37,18 @@ import {
   type EventRow,
   type JobRow,
 } from '../rows.js';
+import {
+  approvalDecide,
+  approvalExpireMany,
+  approvalList,
+  approvalStats,
+  type ApprovalTarget,
+} from './approvals.js';
+import { jobChangesSubscribe, jobStatesRead } from './outcome-notify.js';
 import type {
+  ApprovalDecide,
+  ApprovalDecideResult,
+  ApprovalStats,
   AttemptExpire,
   AttemptFinish,
   AttemptRecord,
@@ -51,6 +63,7 @@ import type {
   JobInsertResult,
   JobListParams,
   JobRecord,
+  JobStateRow,
   JobTransition,
   LeaseRef,
   Store,
@@ -678,6 +691,34 @@ export class PostgresStore implements Store {
     await this.db.run((c) => c.query(this.sql.eventAppend, [JSON.stringify(rows)]));
   }
 
+  // ---------------------------------------------------------------- approvals (approvals.ts)
+
+  private target(): ApprovalTarget {
+    return { schema: this.schema, channel: this.channel };
+  }
+
+  jobApprovalList(p: { operation?: string; limit: number }): Promise<JobRecord[]> {
+    return this.db.run((c) => approvalList(c, this.target(), p), { reads: true });
+  }
+
+  async jobApprovalDecide(p: ApprovalDecide): Promise<ApprovalDecideResult> {
+    const r = await this.db.run((c) => approvalDecide(c, this.target(), p));
+    if (r.ok && r.job.state === 'QUEUED') this.wakeLocal([r.job.queue]);
+    return r;
+  }
+
+  jobApprovalExpireMany(p: {
+    limit: number;
+    actor: string;
+    error: ErrorInfo;
+  }): Promise<JobRecord[]> {
+    return this.db.run((c) => approvalExpireMany(c, this.target(), p));
+  }
+
+  jobApprovalStats(): Promise<ApprovalStats> {
+    return this.db.run((c) => approvalStats(c, this.target()), { reads: true });
+  }
+
   async statsGet(): Promise<StoreStats> {
     // Counting every job is a scan: allowed here (see the pool's `connect` handler).
     const r = await this.db.tx(async (c) => {
@@ -705,6 +746,18 @@ export class PostgresStore implements Store {
       this.ownBackends.has(pid),
     );
     return this.listener.subscribe(p.queues, p.onWork);
+  }
+
+  /** Outcome waiters' reads and wake-ups: see outcome-notify.ts. */
+  jobStateMany(p: { ids: string[] }): Promise<JobStateRow[]> {
+    return this.db.run((c) => jobStatesRead(c, this.schema, p.ids), { reads: true });
+  }
+
+  jobChangeSubscribe(p: {
+    onChange: (jobIds: string[], states?: JobStateRow[]) => void;
+  }): Promise<{ close(): Promise<void> }> {
+    this.db.connPool();
+    return jobChangesSubscribe({ config: this.clientConfig, schema: this.schema, ...p });
   }
 }
 

@@ -5,7 +5,13 @@
 import type Database from 'better-sqlite3';
 import { InvalidInput } from '../../core/errors.js';
 import { dedupEvent, planDedup, type EventWrite } from '../plan/index.js';
-import { jobFromRow, newQueuedJob, type JobRow } from '../rows.js';
+import {
+  approvalEventDetail,
+  approvalExpiresAt,
+  jobFromRow,
+  newQueuedJob,
+  type JobRow,
+} from '../rows.js';
 import type { JobInsert, JobInsertResult, JobRecord } from '../store.js';
 import type { SqliteWriter } from './commit.js';
 
@@ -35,8 +41,9 @@ export class JobInserter {
       const now = this.h.now();
       const insert = this.h.stmt(
         `INSERT INTO jobs (id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id, state,
-           priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms, reconcile_grace_ms)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'QUEUED', ?, ?, ?, ?, ?, ?, ?, ?)
+           priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms, reconcile_grace_ms,
+           approval_reason, approval_expires_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT (request_key) DO NOTHING`,
       );
       const results: JobInsertResult[] = [];
@@ -60,6 +67,7 @@ export class JobInserter {
             j.fingerprint,
             j.runId,
             j.stepId,
+            j.approval ? 'AWAITING_APPROVAL' : 'QUEUED',
             j.priority,
             runAt,
             now,
@@ -68,6 +76,8 @@ export class JobInserter {
             backoffJson,
             j.timeoutMs,
             j.reconcileGraceMs,
+            j.approval?.reason ?? null,
+            approvalExpiresAt(j, now),
           ).changes === 1;
         if (!inserted) {
           const existing = this.h
@@ -87,18 +97,34 @@ export class JobInserter {
           results.push({ job, created: false });
           continue;
         }
-        this.h.writer.event(
-          j.id,
-          null,
-          j.fingerprint,
-          'enqueued',
-          null,
-          'QUEUED',
-          p.actor,
-          null,
-          now,
-        );
-        this.h.writer.newWork = true;
+        if (j.approval) {
+          // Awaiting a person: nobody to wake yet.
+          const detail = approvalEventDetail(j, now);
+          this.h.writer.event(
+            j.id,
+            null,
+            j.fingerprint,
+            'enqueued',
+            null,
+            'AWAITING_APPROVAL',
+            p.actor,
+            detail,
+            now,
+          );
+        } else {
+          this.h.writer.event(
+            j.id,
+            null,
+            j.fingerprint,
+            'enqueued',
+            null,
+            'QUEUED',
+            p.actor,
+            null,
+            now,
+          );
+          this.h.writer.newWork = true;
+        }
         // The record as written, without reading it back.
         results.push({ job: newQueuedJob(j, now, backoffJson), created: true });
       }

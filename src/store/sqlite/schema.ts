@@ -16,10 +16,11 @@ export interface Migration {
    */
   rewrites?: readonly { table: string; from: string; to: string }[];
   /**
-   * Columns to add (`ALTER TABLE … ADD COLUMN`), each skipped when its table has it already (a
-   * migrations table rolled back by hand): SQLite has no ADD COLUMN IF NOT EXISTS.
+   * Columns added (ALTER TABLE … ADD COLUMN) before `sql` runs, each only if its table lacks it:
+   * SQLite has no ADD COLUMN IF NOT EXISTS, and a migration run again over its own work (a
+   * migrations table rolled back by hand) must not fail on a column it already added.
    */
-  addColumns?: readonly { table: string; column: string; definition: string }[];
+  columns?: readonly { table: string; column: string; type: string }[];
 }
 
 /**
@@ -179,14 +180,35 @@ CREATE INDEX jobs_claim ON jobs (queue, priority DESC, run_at) WHERE state = 'QU
 `,
   },
   {
+    // AWAITING_APPROVAL (a person allows the side effect before any claim): the state joins the
+    // jobs CHECK (a wider constraint: every stored row stays valid), with the reason shown to
+    // the approver and when the approval times out. The index serves listing and expiry.
+    version: 5,
+    name: 'approval before dispatch',
+    columns: [
+      { table: 'jobs', column: 'approval_reason', type: 'TEXT' },
+      { table: 'jobs', column: 'approval_expires_at', type: 'INTEGER' },
+    ],
+    sql: `
+CREATE INDEX IF NOT EXISTS jobs_approval ON jobs (approval_expires_at) WHERE state = 'AWAITING_APPROVAL';
+`,
+    rewrites: [
+      {
+        table: 'jobs',
+        from: `CHECK (${anyOf('state', JOB_STATE_LIST)})`,
+        to: `CHECK (${anyOf('state', ['AWAITING_APPROVAL', ...JOB_STATE_LIST])})`,
+      },
+    ],
+  },
+  {
     // The lookup horizon is the operation's policy recorded with the job (DESIGN §3), so a
     // process that does not know the operation never shortens it. Older jobs get the default
     // grace of the code that enqueued them (5,000 ms).
-    version: 5,
+    version: 6,
     name: 'lookup grace recorded with the job',
     sql: '',
-    addColumns: [
-      { table: 'jobs', column: 'reconcile_grace_ms', definition: 'INTEGER NOT NULL DEFAULT 5000' },
+    columns: [
+      { table: 'jobs', column: 'reconcile_grace_ms', type: 'INTEGER NOT NULL DEFAULT 5000' },
     ],
   },
 ];
@@ -243,12 +265,15 @@ export function rewriteTables(
   }
 }
 
-/** `ALTER TABLE … ADD COLUMN`, unless the table has that column already (see `Migration.addColumns`). */
-export function addColumn(
+/** Adds each column its table lacks (see `Migration.columns`), inside the migration's transaction. */
+export function addColumns(
   db: Database.Database,
-  c: NonNullable<Migration['addColumns']>[number],
+  columns: NonNullable<Migration['columns']>,
 ): void {
-  const columns = db.pragma(`table_info(${c.table})`) as { name: string }[];
-  if (columns.some((col) => col.name === c.column)) return;
-  db.exec(`ALTER TABLE ${c.table} ADD COLUMN ${c.column} ${c.definition}`);
+  for (const c of columns) {
+    const has = db
+      .prepare(`SELECT 1 FROM pragma_table_info(?) WHERE name = ?`)
+      .get(c.table, c.column);
+    if (!has) db.exec(`ALTER TABLE ${c.table} ADD COLUMN ${c.column} ${c.type}`);
+  }
 }

@@ -112,7 +112,8 @@ export function claimArgs(
 /** Every column of a job, in the order of `JobTuple` (for raw statements). */
 export const JOB_COLUMNS = `id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id, state,
   priority, run_at, created_at, updated_at, finished_at, attempt_count, max_attempts, backoff_json, timeout_ms,
-  next_check_at, lookup_failures, result_json, error_json, reconcile_grace_ms`;
+  next_check_at, lookup_failures, result_json, error_json, reconcile_grace_ms, approval_reason,
+  approval_expires_at`;
 
 export type JobTuple = [
   id: string,
@@ -138,6 +139,8 @@ export type JobTuple = [
   resultJson: string | null,
   errorJson: string | null,
   reconcileGraceMs: number,
+  approvalReason: string | null,
+  approvalExpiresAt: number | null,
 ];
 
 /** A claim's row: the job's columns, then its rowid. */
@@ -169,6 +172,8 @@ export function jobFromTuple(r: JobTuple | ClaimTuple): JobRecord {
     result: r[20] === null ? null : (JSON.parse(r[20]) as Json),
     error: r[21] === null ? null : (JSON.parse(r[21]) as ErrorInfo),
     reconcileGraceMs: r[22],
+    approvalReason: r[23],
+    approvalExpiresAt: r[24],
   };
 }
 

@@ -16,6 +16,7 @@ import {
   StoreUnavailable,
   assert,
 } from '../../core/errors.js';
+import type { ErrorInfo } from '../../core/errors.js';
 import type { AttemptState, JobState } from '../../core/states.js';
 import { assertTransitionLegal, leaseHolds, newLeaseToken } from '../rules.js';
 import {
@@ -30,6 +31,9 @@ import {
   type JobRow,
 } from '../rows.js';
 import type {
+  ApprovalDecide,
+  ApprovalDecideResult,
+  ApprovalStats,
   AttemptExpire,
   AttemptFinish,
   AttemptRecord,
@@ -44,6 +48,7 @@ import type {
   JobInsertResult,
   JobListParams,
   JobRecord,
+  JobStateRow,
   JobTransition,
   LeaseRef,
   Store,
@@ -62,7 +67,9 @@ import {
 } from '../plan/index.js';
 import { SqliteWriter } from './commit.js';
 import { JobInserter } from './insert.js';
-import { LATEST_SCHEMA_VERSION, MIGRATIONS, addColumn, rewriteTables } from './schema.js';
+import { LATEST_SCHEMA_VERSION, MIGRATIONS, addColumns, rewriteTables } from './schema.js';
+import { approvalDecide, approvalExpireMany, approvalList, approvalStats } from './approvals.js';
+import { jobChangesSubscribe, jobStatesRead } from './outcome-notify.js';
 import {
   CLAIM_LEASE,
   LIMIT_PARAM,
@@ -259,9 +266,9 @@ export class SqliteStore implements Store {
         throw new SchemaTooNew(this.location, current, LATEST_SCHEMA_VERSION);
       for (const m of MIGRATIONS) {
         if (m.version <= current) continue;
+        if (m.columns) addColumns(db, m.columns);
         if (m.sql) db.exec(m.sql);
         if (m.rewrites) rewriteTables(db, m.rewrites);
-        for (const c of m.addColumns ?? []) addColumn(db, c);
         db.prepare(
           'INSERT INTO reckon_migrations (version, name, applied_at) VALUES (?, ?, ?)',
         ).run(m.version, m.name, this.now());
@@ -587,7 +594,7 @@ export class SqliteStore implements Store {
         const out: ClaimedAttempt[] = new Array<ClaimedAttempt>(rows.length);
         for (let i = 0; i < rows.length; i++) {
           const r = rows[i]!;
-          assert(lease.run(now, r[23]).changes === 1, `job ${r[0]} changed between read and lease`);
+          assert(lease.run(now, r[25]).changes === 1, `job ${r[0]} changed between read and lease`);
           // The row as leased.
           r[8] = 'LEASED';
           r[12] = now;
@@ -877,6 +884,43 @@ export class SqliteStore implements Store {
         return Promise.resolve();
       },
     };
+  }
+
+  // ---------------------------------------------------------------- approvals (approvals.ts)
+
+  jobApprovalList(p: { operation?: string; limit: number }): Promise<JobRecord[]> {
+    return this.read(() => approvalList(this.conn(), p));
+  }
+
+  jobApprovalDecide(p: ApprovalDecide): Promise<ApprovalDecideResult> {
+    return this.writer.write(() => {
+      const r = approvalDecide(this.conn(), p, this.now());
+      if (r.ok && r.job.state === 'QUEUED') this.writer.newWork = true;
+      return r;
+    });
+  }
+
+  jobApprovalExpireMany(p: {
+    limit: number;
+    actor: string;
+    error: ErrorInfo;
+  }): Promise<JobRecord[]> {
+    return this.writer.write(() => approvalExpireMany(this.conn(), p, this.now()));
+  }
+
+  jobApprovalStats(): Promise<ApprovalStats> {
+    return this.read(() => approvalStats(this.conn(), this.now()));
+  }
+
+  /** Outcome waiters' reads and wake-ups: see outcome-notify.ts. */
+  jobStateMany(p: { ids: string[] }): Promise<JobStateRow[]> {
+    return this.read(() => jobStatesRead(this.conn(), p.ids));
+  }
+
+  jobChangeSubscribe(p: {
+    onChange: (jobIds: string[]) => void;
+  }): Promise<{ close(): Promise<void> }> {
+    return jobChangesSubscribe({ db: this.conn(), isOpen: () => this.db !== null, ...p });
   }
 
   onCommit(fn: (c: StoreCommit) => void): () => void {
