@@ -25,6 +25,7 @@ export {
   isOperation,
   DEFAULT_RECONCILE,
   DEFAULT_TIMEOUT_MS,
+  DEFAULT_APPROVAL_TIMEOUT_MS,
 } from './core/operation.js';
 export type {
   Operation,
@@ -70,6 +71,7 @@ export type { CallOutcome, WaitOptions } from './runtime/outcomes.js';
 export { Worker } from './runtime/worker.js';
 export type { WorkerOptions, JobEvent } from './runtime/worker.js';
 export type { ResolveOptions, ReviewDecision } from './runtime/review.js';
+export type { ApprovalRequest, DecideOptions } from './runtime/approvals.js';
 export { Faults, FAULT_POINTS, InjectedFault, parseFaults } from './runtime/faults.js';
 export type { FaultPoint, FaultAction, FaultSpec } from './runtime/faults.js';
 export { createStore, DEFAULT_STORE_URL } from './store/open.js';

@@ -6,10 +6,17 @@ import { performance } from 'node:perf_hooks';
 import { v7 as uuidv7 } from 'uuid';
 import { InvalidInput, JobNotFound, JobStateConflict, UnknownOperation } from '../core/errors.js';
 import { encodePayload, fingerprintOf, sha256Hex, type Json } from '../core/json.js';
-import { isOperation, type Logger, type Operation, type AnyOperation } from '../core/operation.js';
+import {
+  approvalOf,
+  isOperation,
+  type Logger,
+  type Operation,
+  type AnyOperation,
+} from '../core/operation.js';
 import type { JobState } from '../core/states.js';
 import { isJobState } from '../core/states.js';
 import type { JobDetail, JobInsert, JobInsertResult, JobRecord, Store } from '../store/store.js';
+import { Approvals } from './approvals.js';
 import { noopObserver, silentLogger, type RuntimeObserver } from './observer.js';
 import { Faults } from './faults.js';
 import { Reclaimer } from './reclaimer.js';
@@ -79,6 +86,8 @@ const QUEUE_RE = /^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$/;
 export class Queue {
   readonly store: Store;
   readonly review: Review;
+  /** Jobs of operations defined with `approval`: list them, approve or deny. */
+  readonly approvals: Approvals;
   readonly log: Logger;
   readonly faults: Faults;
   readonly observer: RuntimeObserver;
@@ -115,6 +124,7 @@ export class Queue {
         ? { onCount: this.observer.callWaiters.bind(this.observer) }
         : {}),
     });
+    this.approvals = new Approvals(this);
     this.notifier.setMaxListeners(0);
     const storeCommit = this.observer.storeCommit?.bind(this.observer);
     if (storeCommit && store.onCommit)
@@ -234,6 +244,7 @@ export class Queue {
     if (this.workers.size === 0 || !this.store.capabilities.handOff) return undefined;
     let offers: { worker: Worker; index: number; sentAt: number }[] | undefined;
     inserts.forEach((j, index) => {
+      if (j.approval) return;
       for (const worker of this.workers) {
         const lease = worker.handOffOffer(j.queue, j.operation);
         if (!lease) continue;
@@ -270,10 +281,13 @@ export class Queue {
     if (typeof item !== 'object' || item === null)
       throw new InvalidInput(`${what}: each item is { input, key?, … }`);
     let input: unknown = item.input;
-    if (op.spec.validate) {
+    if (op.parseInput) {
       try {
-        input = op.spec.validate(input);
+        input = op.parseInput(input);
       } catch (err) {
+        // The input schema's error names the field: kept, with where it was.
+        if (err instanceof InvalidInput && op.spec.input)
+          throw new InvalidInput(`${what} rejected by ${op.name}: ${err.message}`, err.path);
         throw new InvalidInput(
           `${what} rejected by ${op.name}.validate: ${err instanceof Error ? err.message : String(err)}`,
         );
@@ -285,6 +299,7 @@ export class Queue {
     const fingerprint = op.spec.fingerprint
       ? fingerprintOf(op.spec.fingerprint(JSON.parse(inputJson) as Json))
       : sha256Hex(inputJson);
+    const approval = approvalOf(op, input);
     const id = uuidv7();
     const requestKey = this.requestKeyOf(item, id, what);
     const queue = item.queue ?? 'default';
@@ -321,6 +336,7 @@ export class Queue {
       maxAttempts: op.retry.maxAttempts,
       backoff: op.retry.backoff,
       timeoutMs: op.timeoutMs,
+      ...(approval ? { approval: { ...approval, expiresInMs: op.approvalTimeoutMs } } : {}),
     };
   }
 
@@ -432,6 +448,9 @@ export class Queue {
       reason: options.reason ?? 'cancelled',
     });
     if (!r) throw new JobNotFound(id);
+    // Awaiting approval: cancelled the way a denial is, by a write conditional on that state.
+    if (!r.cancelled && r.job.state === 'AWAITING_APPROVAL')
+      return this.approvals.cancel(id, options.actor ?? this.actor, options.reason ?? 'cancelled');
     if (!r.cancelled)
       throw new JobStateConflict(`job ${id} cannot be cancelled: ${r.why}`, r.job.state);
     this.log.info(

@@ -41,6 +41,10 @@ export interface JobRecord {
   lookupFailures: number;
   result: Json | null;
   error: ErrorInfo | null;
+  /** AWAITING_APPROVAL jobs: what the approver is shown (kept after the decision). */
+  approvalReason: string | null;
+  /** AWAITING_APPROVAL jobs: when the approval times out (null: never, or decided). */
+  approvalExpiresAt: number | null;
 }
 
 export interface AttemptRecord {
@@ -108,6 +112,8 @@ export interface JobInsert {
    * may ignore it; the result's `claimed` says whether it was taken.
    */
   leaseTo?: { ownerId: string; leaseMs: number };
+  /** Present: the job is written AWAITING_APPROVAL, and expires `expiresInMs` from now (null: never). */
+  approval?: { reason: string | null; expiresInMs: number | null };
 }
 
 export type JobInsertResult =
@@ -246,6 +252,28 @@ export interface JobChangeSubscription {
   watch?(p: { ids: string[] }): Promise<void>;
 }
 
+/** A decision on an AWAITING_APPROVAL job (the runtime checks the transition first). */
+export interface ApprovalDecide {
+  jobId: string;
+  to: 'QUEUED' | 'CANCELLED';
+  /** Event kind: `approved` or `denied`. */
+  kind: string;
+  actor: string;
+  detail: Record<string, unknown>;
+  /** CANCELLED: the decision, kept as the job's error. */
+  error: ErrorInfo | null;
+}
+
+/** The decision applied, or the job as it is when it was not AWAITING_APPROVAL (null: no such job). */
+export type ApprovalDecideResult =
+  { ok: true; job: JobRecord } | { ok: false; job: JobRecord | null };
+
+export interface ApprovalStats {
+  now: number;
+  /** AWAITING_APPROVAL jobs by operation, with the created_at of the oldest. */
+  byOperation: { operation: string; awaiting: number; oldestAt: number }[];
+}
+
 export interface StoreCapabilities {
   /** Whose clock judges leases. */
   readonly clock: 'host' | 'database';
@@ -330,6 +358,18 @@ export interface Store {
   attemptExpireMany(p: { expiries: AttemptExpire[]; skewMs: number }): Promise<boolean[]>;
 
   eventAppendMany(p: { events: EventInsert[] }): Promise<void>;
+
+  /** AWAITING_APPROVAL jobs, oldest first. */
+  jobApprovalList(p: { operation?: string; limit: number }): Promise<JobRecord[]>;
+  /** Applies a decision only if the job is still AWAITING_APPROVAL (two deciders: one wins). */
+  jobApprovalDecide(p: ApprovalDecide): Promise<ApprovalDecideResult>;
+  /** Cancels up to `limit` AWAITING_APPROVAL jobs whose approval expired (store clock); returns them. */
+  jobApprovalExpireMany(p: {
+    limit: number;
+    actor: string;
+    error: ErrorInfo;
+  }): Promise<JobRecord[]>;
+  jobApprovalStats(): Promise<ApprovalStats>;
 
   /**
    * Optional (capabilities.crossProcessNotify): calls `onWork` soon after jobs become available

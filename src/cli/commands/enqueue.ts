@@ -87,7 +87,9 @@ export function registerEnqueue(program: Command): void {
     process.stderr.write(
       job.deduplicated
         ? `deduplicated: request key ${JSON.stringify(job.requestKey)} already belongs to this job (state ${job.state})\n`
-        : `enqueued ${job.operation} on queue ${job.queue}, key ${JSON.stringify(job.requestKey)}, runs at ${formatTime(job.runAt)}\n`,
+        : job.state === 'AWAITING_APPROVAL'
+          ? `enqueued ${job.operation}, key ${JSON.stringify(job.requestKey)}: it awaits approval (reckon approvals approve|deny ${job.id} --actor <you>)\n`
+          : `enqueued ${job.operation} on queue ${job.queue}, key ${JSON.stringify(job.requestKey)}, runs at ${formatTime(job.runAt)}\n`,
     );
   });
 }

@@ -184,6 +184,21 @@ CREATE TRIGGER jobs_outcome AFTER UPDATE OF state ON jobs FOR EACH ROW
   EXECUTE FUNCTION jobs_notify_outcome();
 `,
   },
+  {
+    // AWAITING_APPROVAL (a person allows the side effect before any claim): the state joins the
+    // jobs CHECK (a wider constraint: every stored row stays valid), with the reason shown to
+    // the approver and when the approval times out. The index serves listing and expiry.
+    version: 5,
+    name: 'approval before dispatch',
+    sql: `
+ALTER TABLE jobs
+  ADD COLUMN IF NOT EXISTS approval_reason text,
+  ADD COLUMN IF NOT EXISTS approval_expires_at timestamptz,
+  DROP CONSTRAINT IF EXISTS jobs_state_check,
+  ADD CONSTRAINT jobs_state_check CHECK (state IN ('AWAITING_APPROVAL',${JOB_STATES}));
+CREATE INDEX IF NOT EXISTS jobs_approval ON jobs (approval_expires_at) WHERE state = 'AWAITING_APPROVAL';
+`,
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
