@@ -122,6 +122,7 @@ async function main(): Promise<void> {
     claimWarmup: 10,
     memoryWaiting: args.memoryWaiting ?? (args.quick ? 50_000 : 1_000_000),
     memoryMs: args.memoryMs ?? (args.quick ? 2_000 : 5_000),
+    callJobs: 1_000,
   };
   const rounds = args.rounds ?? (args.quick ? 1 : 3);
   const systemNames = args.systems ?? SYSTEM_NAMES;
@@ -200,7 +201,7 @@ function fmt(m: Metrics): string {
     .join(' ');
 }
 
-const LOWER_IS_BETTER = (workload: string) => /^(latency|claim|memory)/.test(workload);
+const LOWER_IS_BETTER = (workload: string) => /^(latency|claim|memory|call)/.test(workload);
 
 function summarize(results: Results, workloads: { name: string }[]) {
   const medians: Record<string, Record<string, Metrics>> = {};

@@ -199,6 +199,8 @@ export class Worker extends EventEmitter implements AttemptHost {
       this.loops.push(
         this.loop('reconcile', () => this.reconciler.runOnce(), this.settings.reconcileIntervalMs),
       );
+      const expire = () => this.queue.approvals.expireOnce(`approvals:${this.ownerId}`);
+      this.loops.push(this.loop('approvals', expire, this.settings.reclaimIntervalMs));
     }
   }
 
