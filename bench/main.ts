@@ -18,7 +18,7 @@ import { writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { describeHost, HOST_SIZES, measureHost } from './host.js';
 import { dropLeftoverDatabases, median, tolerateTeardownTermination } from './lib.js';
-import { loadSystems, SYSTEM_NAMES } from './systems/all.js';
+import { loadSystems, PeerInstallError, SYSTEM_NAMES } from './systems/all.js';
 import { WORKLOADS, type Metrics, type Sizes } from './workloads.js';
 
 const USAGE = `Usage: npm run bench -- [options]
@@ -266,6 +266,10 @@ main().then(
     if (err instanceof UsageError) {
       console.error(`bench: ${err.message}`);
       process.exit(2);
+    }
+    if (err instanceof PeerInstallError) {
+      console.error(`bench: ${err.message}`);
+      process.exit(1);
     }
     console.error(err);
     process.exit(1);
