@@ -10,6 +10,7 @@ import { registerDemo } from './commands/demo.js';
 import { registerEnqueue } from './commands/enqueue.js';
 import { registerInit } from './commands/init.js';
 import { registerJobs } from './commands/jobs.js';
+import { registerPrune } from './commands/prune.js';
 import { registerReview } from './commands/review.js';
 import { registerServe } from './commands/serve.js';
 import { registerStatus } from './commands/status.js';
@@ -53,6 +54,7 @@ export function buildProgram(): Command {
   registerReview(program);
   registerStatus(program);
   registerServe(program);
+  registerPrune(program);
   registerDemo(program);
   registerChaos(program);
   for (const leaf of leaves(program)) leaf.addHelpText('after', `\n${EXIT_SHORT_HELP}`);

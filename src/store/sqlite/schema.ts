@@ -172,6 +172,22 @@ DROP INDEX jobs_claim;
 CREATE INDEX jobs_claim ON jobs (queue, priority DESC, run_at) WHERE state = 'QUEUED';
 `,
   },
+  {
+    // Retention (invariant 8): a terminal job's whole history may be deleted at once. Events stay
+    // append-only for every other job: a delete is refused unless the event's job is still there
+    // and terminal (retention deletes events first, then attempts, then the job). The finished
+    // index serves the retention query (finished_at is set only in a terminal state).
+    version: 5,
+    name: 'retention: terminal histories may be deleted',
+    sql: `
+DROP TRIGGER events_no_delete;
+CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+  WHEN NOT EXISTS (SELECT 1 FROM jobs WHERE id = OLD.job_id
+    AND (state = 'SUCCEEDED' OR state = 'FAILED' OR state = 'CANCELLED'))
+  BEGIN SELECT RAISE(ABORT, 'reckon events are append-only (only a terminal job''s whole history may be deleted)'); END;
+CREATE INDEX jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
+`,
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
