@@ -5,12 +5,14 @@
  */
 import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
+import { registerBackup } from './commands/backup.js';
 import { registerChaos } from './commands/chaos.js';
 import { registerDemo } from './commands/demo.js';
 import { registerEnqueue } from './commands/enqueue.js';
 import { registerInit } from './commands/init.js';
 import { registerJobs } from './commands/jobs.js';
 import { registerPrune } from './commands/prune.js';
+import { registerRestore } from './commands/restore.js';
 import { registerReview } from './commands/review.js';
 import { registerServe } from './commands/serve.js';
 import { registerStatus } from './commands/status.js';
@@ -55,6 +57,8 @@ export function buildProgram(): Command {
   registerStatus(program);
   registerServe(program);
   registerPrune(program);
+  registerBackup(program);
+  registerRestore(program);
   registerDemo(program);
   registerChaos(program);
   for (const leaf of leaves(program)) leaf.addHelpText('after', `\n${EXIT_SHORT_HELP}`);
