@@ -54,6 +54,9 @@ export {
   LeaseLost,
   InvariantViolation,
   IllegalTransition,
+  TargetExists,
+  BackupInvalid,
+  BackupUnsupported,
 } from './core/errors.js';
 export type { ErrorInfo } from './core/errors.js';
 export { JOB_STATES, ATTEMPT_STATES, describeJobTransitions } from './core/states.js';
@@ -65,6 +68,8 @@ export type { QueueOptions, EnqueueOptions, EnqueuedJob, JobsQuery } from './run
 export { Worker } from './runtime/worker.js';
 export type { WorkerOptions, JobEvent } from './runtime/worker.js';
 export type { ResolveOptions, ReviewDecision } from './runtime/review.js';
+export { DEFAULT_RETENTION, parseAge } from './runtime/retention.js';
+export type { RetentionOptions, RetentionSettings } from './runtime/retention.js';
 export { Faults, FAULT_POINTS, InjectedFault, parseFaults } from './runtime/faults.js';
 export type { FaultPoint, FaultAction, FaultSpec } from './runtime/faults.js';
 export { createStore, DEFAULT_STORE_URL } from './store/open.js';
@@ -75,6 +80,9 @@ export type {
   EventRecord,
   JobDetail,
   StoreStats,
+  JobPruneParams,
+  JobPruneResult,
+  PrunableState,
 } from './store/store.js';
 export { createLogger } from './observe/logger.js';
 export { Metrics } from './observe/metrics.js';

@@ -11,7 +11,7 @@ import pg from 'pg';
 import { v7 as uuidv7 } from 'uuid';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { defineOperation, DefiniteFailure, openQueue } from '../src/index.js';
-import { parseAge, retentionSettings } from '../src/runtime/retention.js';
+import { parseAge, parseRetentionSpec, retentionSettings } from '../src/runtime/retention.js';
 import { createStore } from '../src/store/open.js';
 import type { ClaimedAttempt, JobDetail, JobInsert, LeaseRef, Store } from '../src/store/store.js';
 import {
@@ -305,6 +305,12 @@ describe('retention settings', () => {
     ).toBeNull();
     expect(() => retentionSettings({ ages: { UNKNOWN: '1d' } as never })).toThrow(/terminal/);
     expect(() => retentionSettings({ batchSize: 0 })).toThrow(/batchSize/);
+    expect(parseRetentionSpec('off')).toBe('off');
+    expect(parseRetentionSpec('succeeded=3d, FAILED=off')).toEqual({
+      ages: { SUCCEEDED: '3d', FAILED: 'off' },
+    });
+    expect(() => parseRetentionSpec('NEEDS_REVIEW=1d')).toThrow(/STATE=age/);
+    expect(() => parseRetentionSpec('SUCCEEDED=soon')).toThrow(/duration/);
   });
 });
 

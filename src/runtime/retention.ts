@@ -222,3 +222,20 @@ export class Retention {
     return false;
   }
 }
+
+/** `off`, or `STATE=age` pairs such as `SUCCEEDED=3d,FAILED=off` (the CLI's `--retention`). */
+export function parseRetentionSpec(text: string): RetentionOptions {
+  if (text.trim().toLowerCase() === 'off') return 'off';
+  const ages: Partial<Record<PrunableState, string>> = {};
+  for (const pair of text.split(',').map((s) => s.trim())) {
+    const [state, age, extra] = pair.split('=').map((s) => s.trim());
+    const s = (state ?? '').toUpperCase() as PrunableState;
+    if (!PRUNABLE_STATES.includes(s) || !age || extra !== undefined)
+      throw new InvalidInput(
+        `retention must be off, or STATE=age pairs such as SUCCEEDED=7d,FAILED=off (states: ${PRUNABLE_STATES.join(', ')}); got ${JSON.stringify(pair)}`,
+      );
+    ages[s] = age;
+  }
+  retentionSettings({ ages });
+  return { ages };
+}
