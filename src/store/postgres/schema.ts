@@ -165,7 +165,7 @@ BEGIN
     USING ERRCODE = 'restrict_violation';
 END
 $$;
-CREATE INDEX jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
 `,
   },
 ];

@@ -180,12 +180,12 @@ CREATE INDEX jobs_claim ON jobs (queue, priority DESC, run_at) WHERE state = 'QU
     version: 5,
     name: 'retention: terminal histories may be deleted',
     sql: `
-DROP TRIGGER events_no_delete;
+DROP TRIGGER IF EXISTS events_no_delete;
 CREATE TRIGGER events_no_delete BEFORE DELETE ON events
   WHEN NOT EXISTS (SELECT 1 FROM jobs WHERE id = OLD.job_id
     AND (state = 'SUCCEEDED' OR state = 'FAILED' OR state = 'CANCELLED'))
   BEGIN SELECT RAISE(ABORT, 'reckon events are append-only (only a terminal job''s whole history may be deleted)'); END;
-CREATE INDEX jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
 `,
   },
 ];
