@@ -69,70 +69,72 @@ export function registerBackup(program: Command): void {
     );
   addStoreOption(cmd);
   addJsonOption(cmd);
-  cmd.action(async (file: string, flags: BackupFlags) => {
-    const source = sqlitePath(flags.store);
-    if (source === null) {
-      if (!/^postgres(ql)?:\/\//.test(flags.store))
-        throw new UsageError(`cannot back up ${redactStoreUrl(flags.store)}: not a SQLite file`);
-      const c = pgBackupCommands(flags.store, file);
-      throw new BackupUnsupported(
-        `reckon does not copy a PostgreSQL store itself: back up its schema with pg_dump:\n  ${c.dump}\n` +
-          `and restore it into a new database with:\n  ${c.restore}\n(see docs/operations.md)`,
-        c.dump,
-        c.restore,
-      );
-    }
-    const showBar = !flags.json && process.stderr.isTTY === true;
-    const bar = showBar
-      ? new cliProgress.SingleBar(
-          {
-            stream: process.stderr,
-            format: 'backup {bar} {percentage}% | {value}/{total} {unit}',
-            barsize: 30,
-            hideCursor: true,
-          },
-          cliProgress.Presets.shades_classic,
-        )
-      : undefined;
-    let started = false;
-    const unit = flags.method === 'online' ? 'pages' : 'bytes';
-    let result;
-    try {
-      result = await backupSqlite({
-        source,
-        target: file,
-        method: flags.method,
-        ...(bar
-          ? {
-              onProgress: (done: number, total: number) => {
-                if (!started) bar.start(total, done, { unit });
-                started = true;
-                bar.setTotal(total);
-                bar.update(done, { unit });
-              },
-            }
-          : {}),
-      });
-    } finally {
-      bar?.stop();
-    }
-    const out = { store: `sqlite:${resolve(source)}`, ...result };
-    if (flags.json) return printJson(out);
-    println(
-      fieldTable([
-        ['backup', result.path],
-        ['method', result.method],
-        ['took', formatDuration(result.ms)],
-        ['bytes', result.check.bytes],
-        ['schema version', result.check.schemaVersion],
-        ['jobs', result.check.totalJobs],
-        ...Object.entries(result.check.jobs)
-          .filter(([, n]) => n > 0)
-          .map(([s, n]): [string, number] => [`  ${s}`, n]),
-        ['last event', formatTime(result.check.lastEventAt)],
-        ['integrity_check', 'ok'],
-      ]),
+  cmd.action(runBackup);
+}
+
+async function runBackup(file: string, flags: BackupFlags): Promise<void> {
+  const source = sqlitePath(flags.store);
+  if (source === null) {
+    if (!/^postgres(ql)?:\/\//.test(flags.store))
+      throw new UsageError(`cannot back up ${redactStoreUrl(flags.store)}: not a SQLite file`);
+    const c = pgBackupCommands(flags.store, file);
+    throw new BackupUnsupported(
+      `reckon does not copy a PostgreSQL store itself: back up its schema with pg_dump:\n  ${c.dump}\n` +
+        `and restore it into a new database with:\n  ${c.restore}\n(see docs/operations.md)`,
+      c.dump,
+      c.restore,
     );
-    println(`backup done and checked: ${result.path}`);
-  });
+  }
+  const showBar = !flags.json && process.stderr.isTTY === true;
+  const bar = showBar
+    ? new cliProgress.SingleBar(
+        {
+          stream: process.stderr,
+          format: 'backup {bar} {percentage}% | {value}/{total} {unit}',
+          barsize: 30,
+          hideCursor: true,
+        },
+        cliProgress.Presets.shades_classic,
+      )
+    : undefined;
+  let started = false;
+  const unit = flags.method === 'online' ? 'pages' : 'bytes';
+  let result;
+  try {
+    result = await backupSqlite({
+      source,
+      target: file,
+      method: flags.method,
+      ...(bar
+        ? {
+            onProgress: (done: number, total: number) => {
+              if (!started) bar.start(total, done, { unit });
+              started = true;
+              bar.setTotal(total);
+              bar.update(done, { unit });
+            },
+          }
+        : {}),
+    });
+  } finally {
+    bar?.stop();
+  }
+  const out = { store: `sqlite:${resolve(source)}`, ...result };
+  if (flags.json) return printJson(out);
+  println(
+    fieldTable([
+      ['backup', result.path],
+      ['method', result.method],
+      ['took', formatDuration(result.ms)],
+      ['bytes', result.check.bytes],
+      ['schema version', result.check.schemaVersion],
+      ['jobs', result.check.totalJobs],
+      ...Object.entries(result.check.jobs)
+        .filter(([, n]) => n > 0)
+        .map(([s, n]): [string, number] => [`  ${s}`, n]),
+      ['last event', formatTime(result.check.lastEventAt)],
+      ['integrity_check', 'ok'],
+    ]),
+  );
+  println(`backup done and checked: ${result.path}`);
 }

@@ -98,70 +98,73 @@ export function registerPrune(program: Command): void {
     );
   addStoreOption(cmd);
   addJsonOption(cmd);
-  cmd.action(async (flags: PruneFlags) => {
-    if (flags.dryRun && flags.archive)
-      throw new UsageError('--dry-run deletes nothing, so it archives nothing: drop --archive');
-    const states = [...new Set(flags.state ?? PRUNABLE_STATES)];
-    const archive = flags.archive ? new JsonlArchive(resolve(flags.archive)) : undefined;
-    const started = performance.now();
-    const report = await withQueue(flags.store, { mustExist: true }, async (q) => {
-      if (flags.vacuum && !(q.store instanceof SqliteStore))
-        throw new UsageError(
-          '--vacuum is for SQLite stores; PostgreSQL reclaims space by (auto)vacuum',
-        );
-      let totals: PruneTotals;
-      try {
-        totals = await pruneAll({
-          store: q.store,
-          states,
-          olderThanMs: flags.olderThan,
-          batchSize: flags.batchSize,
-          pauseMs: 20,
-          dryRun: flags.dryRun === true,
-          ...(archive ? { archive } : {}),
-        });
-      } finally {
-        await archive?.close();
-      }
-      const vacuum =
-        flags.vacuum && !flags.dryRun && q.store instanceof SqliteStore ? q.store.vacuum() : null;
-      return { totals, vacuum };
-    });
-    const { totals, vacuum } = report;
-    const jobs = PRUNABLE_STATES.reduce((n, s) => n + totals.jobs[s], 0);
-    const out = {
-      store: storeLabel(flags.store),
-      dryRun: flags.dryRun === true,
-      olderThanMs: flags.olderThan,
-      states,
-      jobs,
-      byState: totals.jobs,
-      attempts: totals.attempts,
-      events: totals.events,
-      batches: totals.batches,
-      archive: archive ? { path: archive.path, lines: archive.lines } : null,
-      vacuum,
-      ms: Math.round(performance.now() - started),
-    };
-    if (flags.json) return printJson(out);
-    println(
-      table(
-        ['state', flags.dryRun ? 'would delete' : 'deleted'],
-        [
-          ...states.map((s) => [s, totals.jobs[s]]),
-          ['attempts', totals.attempts],
-          ['events', totals.events],
-        ],
-      ),
-    );
-    const verb = flags.dryRun ? 'would delete' : 'deleted';
-    println(
-      `${verb} ${jobs} job histories finished over ${formatDuration(flags.olderThan)} ago` +
-        (flags.dryRun ? '' : ` in ${totals.batches} batch(es), ${formatDuration(out.ms)}`),
-    );
-    if (archive)
-      println(`archived ${archive.lines} job(s) to ${archive.path} (synced before delete)`);
-    if (vacuum)
-      println(`file: ${vacuum.bytesBefore} bytes -> ${vacuum.bytesAfter} bytes after VACUUM`);
+  cmd.action(runPrune);
+}
+
+/** Prunes (or counts), then prints what went. */
+async function runPrune(flags: PruneFlags): Promise<void> {
+  if (flags.dryRun && flags.archive)
+    throw new UsageError('--dry-run deletes nothing, so it archives nothing: drop --archive');
+  const states = [...new Set(flags.state ?? PRUNABLE_STATES)];
+  const archive = flags.archive ? new JsonlArchive(resolve(flags.archive)) : undefined;
+  const started = performance.now();
+  const report = await withQueue(flags.store, { mustExist: true }, async (q) => {
+    if (flags.vacuum && !(q.store instanceof SqliteStore))
+      throw new UsageError(
+        '--vacuum is for SQLite stores; PostgreSQL reclaims space by (auto)vacuum',
+      );
+    let totals: PruneTotals;
+    try {
+      totals = await pruneAll({
+        store: q.store,
+        states,
+        olderThanMs: flags.olderThan,
+        batchSize: flags.batchSize,
+        pauseMs: 20,
+        dryRun: flags.dryRun === true,
+        ...(archive ? { archive } : {}),
+      });
+    } finally {
+      await archive?.close();
+    }
+    const vacuum =
+      flags.vacuum && !flags.dryRun && q.store instanceof SqliteStore ? q.store.vacuum() : null;
+    return { totals, vacuum };
   });
+  const { totals, vacuum } = report;
+  const jobs = PRUNABLE_STATES.reduce((n, s) => n + totals.jobs[s], 0);
+  const out = {
+    store: storeLabel(flags.store),
+    dryRun: flags.dryRun === true,
+    olderThanMs: flags.olderThan,
+    states,
+    jobs,
+    byState: totals.jobs,
+    attempts: totals.attempts,
+    events: totals.events,
+    batches: totals.batches,
+    archive: archive ? { path: archive.path, lines: archive.lines } : null,
+    vacuum,
+    ms: Math.round(performance.now() - started),
+  };
+  if (flags.json) return printJson(out);
+  println(
+    table(
+      ['state', flags.dryRun ? 'would delete' : 'deleted'],
+      [
+        ...states.map((s) => [s, totals.jobs[s]]),
+        ['attempts', totals.attempts],
+        ['events', totals.events],
+      ],
+    ),
+  );
+  const verb = flags.dryRun ? 'would delete' : 'deleted';
+  println(
+    `${verb} ${jobs} job histories finished over ${formatDuration(flags.olderThan)} ago` +
+      (flags.dryRun ? '' : ` in ${totals.batches} batch(es), ${formatDuration(out.ms)}`),
+  );
+  if (archive)
+    println(`archived ${archive.lines} job(s) to ${archive.path} (synced before delete)`);
+  if (vacuum)
+    println(`file: ${vacuum.bytesBefore} bytes -> ${vacuum.bytesAfter} bytes after VACUUM`);
 }
