@@ -114,5 +114,74 @@ describe.skipIf(pgReason !== null || !hasPgDump)(
         await qB.close();
       }
     }, 60_000);
+
+    it('reckon restore: pg_restore into a new database, jobs sent after the dump looked up, not resent', async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'reckon-pgrestore-'));
+      cleanup.push(() => rmSync(dir, { recursive: true, force: true }));
+      const a = await tempPgStore();
+      cleanup.push(() => a.drop());
+      const b = await tempPgStore();
+      cleanup.push(() => b.drop());
+      // Nothing deduplicates downstream: a blind resend would be a second effect.
+      const downstream = await startDownstream({ honourIdempotencyKey: false });
+      cleanup.push(() => downstream.close());
+      const op = downstreamOperation('lookup', { url: downstream.url, graceMs: 0, timeoutMs: 200 });
+      const dump = join(dir, 'reckon.dump');
+
+      const qA = await openQueue({ store: a.url });
+      const jobs = await qA.enqueueMany(
+        op,
+        Array.from({ length: 12 }, (_, i) => ({ input: { n: i }, key: `k-${i}` })),
+      );
+      await run('pg_dump', ['--format=custom', '--schema=reckon', `--file=${dump}`, a.url]);
+      // The old host runs on after the dump: half the jobs are sent, then it is gone.
+      const w = qA.worker({
+        operations: [op],
+        pollIntervalMs: 10,
+        claimBatchMax: 1,
+        concurrency: 1,
+      });
+      await w.start();
+      const deadline = Date.now() + 20_000;
+      while (downstream.stats.effects < 6 && Date.now() < deadline)
+        await new Promise((r) => setTimeout(r, 5));
+      await w.stop();
+      await qA.close();
+      const sentByOldHost = jobs.filter((j) => downstream.effectsOf(j.requestKey) > 0);
+      expect(sentByOldHost.length).toBeGreaterThanOrEqual(6);
+
+      const r = await reckon(['restore', dump, '--json', '--store', b.url]);
+      expect(r.code, r.stderr).toBe(0);
+      expect(JSON.parse(r.stdout)).toMatchObject({ reconciled: { leased: 0, queued: 12 } });
+      const again = await reckon(['restore', dump, '--json', '--store', b.url]);
+      expect(again.code).toBe(1);
+      expect(JSON.parse(again.stdout)).toMatchObject({ error: { code: 'TARGET_EXISTS' } });
+
+      const qB = await openQueue({ store: b.url });
+      try {
+        const posts = new Map(jobs.map((j) => [j.requestKey, downstream.requestsOf(j.requestKey)]));
+        const wb = qB.worker({
+          operations: [op],
+          pollIntervalMs: 10,
+          reconcileIntervalMs: 20,
+          ownerId: 'new-host/1',
+        });
+        await wb.start();
+        await waitUntilSettled(qB, { timeoutMs: 30_000 });
+        await wb.stop();
+        for (const j of jobs) {
+          const d = (await qB.job(j.id))!;
+          expect(d.job.state).toBe('SUCCEEDED');
+          expect(downstream.effectsOf(j.requestKey)).toBe(1);
+          if (sentByOldHost.includes(j)) {
+            // Found by the lookup: not sent again.
+            expect(downstream.requestsOf(j.requestKey)).toBe(posts.get(j.requestKey));
+            expect(d.attempts[0]).toMatchObject({ ownerId: 'restore', resolutionSource: 'lookup' });
+          }
+        }
+      } finally {
+        await qB.close();
+      }
+    }, 90_000);
   },
 );

@@ -32,9 +32,13 @@ function quote(s: string): string {
 /** pg_dump and pg_restore commands for the store at `url`. */
 export function pgBackupCommands(url: string, file: string): { dump: string; restore: string } {
   const t = pgTarget(url);
+  const u = new URL(t.url);
+  u.pathname = '/<new database>';
+  if (t.schema !== 'reckon') u.searchParams.set('schema', t.schema);
+  const newDb = decodeURI(u.toString());
   return {
     dump: `pg_dump --format=custom --schema=${t.schema} --file=${quote(file)} ${quote(t.url)}`,
-    restore: `createdb <new database> && pg_restore --dbname=${quote(t.url.replace(/\/[^/?]*(\?|$)/, '/<new database>$1'))} ${quote(file)}`,
+    restore: `createdb <new database> && reckon restore ${quote(file)} --store ${quote(newDb)}`,
   };
 }
 

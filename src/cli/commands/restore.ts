@@ -4,13 +4,12 @@
  */
 import { resolve } from 'node:path';
 import { Option, type Command } from 'commander';
-import { BackupUnsupported } from '../../core/errors.js';
 import { redactStoreUrl } from '../../store/open.js';
+import { restorePg } from '../../store/postgres/restore.js';
 import { restoreSqlite, type RestoreReconcile } from '../../store/sqlite/backup.js';
 import { UsageError } from '../exit.js';
 import { fieldTable, formatTime, printJson, println } from '../output.js';
 import { sqlitePath } from '../store-option.js';
-import { pgBackupCommands } from './backup.js';
 
 interface RestoreFlags {
   store?: string;
@@ -21,16 +20,22 @@ interface RestoreFlags {
 export function registerRestore(program: Command): void {
   const cmd = program
     .command('restore')
-    .summary('restore a backup into a new SQLite store')
+    .summary('restore a backup into a new store (SQLite file, or a pg_dump into a new schema)')
     .description(
       'Checks the backup (integrity_check, schema version, jobs by state) and copies it to the ' +
         'new store path given by --store, which must not exist: a restore never writes over a ' +
         'store. The backup holds nothing written after it was taken, so by default every job ' +
         'that may have been sent since (LEASED without a dispatch marker, or QUEUED and due) is ' +
         "marked UNKNOWN before any worker sees it: the operation's lookup, a same-key retry or " +
-        'a person decides what happened, and nothing is blindly sent again. See docs/operations.md.',
+        'a person decides what happened, and nothing is blindly sent again. PostgreSQL: give a ' +
+        '`pg_dump --format=custom --schema=<schema>` file and a --store URL whose database does ' +
+        'not have that schema yet; pg_restore (on PATH) restores it in one transaction, then ' +
+        'the same marking runs. See docs/operations.md.',
     )
-    .argument('<backup>', 'a file made by `reckon backup`')
+    .argument(
+      '<backup>',
+      'a file made by `reckon backup` (SQLite) or by pg_dump --format=custom (PostgreSQL)',
+    )
     .addOption(
       new Option(
         '--store <url>',
@@ -55,18 +60,15 @@ export function registerRestore(program: Command): void {
         '  none        nothing: the backup was taken with every worker stopped\n' +
         '\nExample:\n  $ reckon restore ./reckon-2026-12-06.db --store sqlite:/srv/new/reckon.db',
     );
-  cmd.action((backup: string, flags: RestoreFlags) => {
+  cmd.action(async (backup: string, flags: RestoreFlags) => {
     const url = flags.store!;
     const target = sqlitePath(url);
     if (target === null) {
       if (!/^postgres(ql)?:\/\//.test(url))
-        throw new UsageError(`--store must be sqlite:<new path>, got ${redactStoreUrl(url)}`);
-      const c = pgBackupCommands(url, backup);
-      throw new BackupUnsupported(
-        `reckon restores SQLite backups only; restore a pg_dump of the schema into a new database with:\n  ${c.restore}\n(see docs/operations.md)`,
-        c.dump,
-        c.restore,
-      );
+        throw new UsageError(
+          `--store must be sqlite:<new path> or postgres://…, got ${redactStoreUrl(url)}`,
+        );
+      return restorePostgres(backup, url, flags);
     }
     const r = restoreSqlite({ backup, target, reconcile: flags.reconcile });
     const out = {
@@ -96,4 +98,38 @@ export function registerRestore(program: Command): void {
         'retried with their key, or sent to review (reckon review list) before anything is sent again.',
     );
   });
+}
+
+/** A pg_dump of the schema into a database where the schema does not exist yet, then marked. */
+async function restorePostgres(dump: string, url: string, flags: RestoreFlags): Promise<void> {
+  const u = new URL(url);
+  const schema = u.searchParams.get('schema') ?? 'reckon';
+  u.searchParams.delete('schema');
+  if (!/^[a-z_][a-z0-9_]{0,47}$/.test(schema))
+    throw new UsageError(`schema ${JSON.stringify(schema)} is not a valid name`);
+  const r = await restorePg({
+    dump: resolve(dump),
+    connectionString: u.toString(),
+    schema,
+    location: redactStoreUrl(url),
+    reconcile: flags.reconcile,
+  });
+  const out = {
+    store: redactStoreUrl(url),
+    backup: resolve(dump),
+    reconcile: flags.reconcile,
+    ...r,
+  };
+  if (flags.json) return printJson(out);
+  println(
+    fieldTable([
+      ['restored to', `${out.store} (schema ${schema})`],
+      ['from', out.backup],
+      ['schema version', r.schemaVersion],
+      ['marked UNKNOWN (LEASED, no marker)', r.reconciled.leased],
+      ['marked UNKNOWN (QUEUED, due)', r.reconciled.queued],
+      ['LEASED with a marker (UNKNOWN at lease expiry)', r.leasedWithMarker],
+    ]),
+  );
+  println('restored. Jobs marked UNKNOWN are reconciled before anything is sent again.');
 }
