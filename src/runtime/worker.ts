@@ -211,6 +211,8 @@ export class Worker extends EventEmitter implements AttemptHost {
         this.loops.push(
           this.loop('retention', () => r.runOnce(this.stopSignal.signal), r.settings.intervalMs),
         );
+      const expire = () => this.queue.approvals.expireOnce(`approvals:${this.ownerId}`);
+      this.loops.push(this.loop('approvals', expire, this.settings.reclaimIntervalMs));
     }
   }
 

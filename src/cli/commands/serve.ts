@@ -4,7 +4,7 @@
  */
 import type { Command } from 'commander';
 import { Metrics } from '../../observe/metrics.js';
-import { apiRoutes } from '../../server/api.js';
+import { apiRoutes, type ApiOptions } from '../../server/api.js';
 import { startMetricsServer } from '../../server/metrics-server.js';
 import { intOption } from '../parse.js';
 import { addStoreOption, openCliQueue, storeLabel, type StoreFlags } from '../store-option.js';
@@ -19,6 +19,7 @@ interface ServeFlags extends StoreFlags {
   maxUnknown?: number;
   maxReview?: number;
   maxExpiredLeases?: number;
+  maxApprovalAge?: number;
 }
 
 const INT_MAX = Number.MAX_SAFE_INTEGER;
@@ -30,8 +31,9 @@ export function registerServe(program: Command): void {
     .description(
       'Serves the store-wide view: GET /metrics (Prometheus: queue depth and age, UNKNOWN and ' +
         'NEEDS_REVIEW counts, expired leases, from the store, right across every worker), ' +
-        'GET /api/status, /api/jobs, /api/jobs/<id>, /api/review, a dashboard at /, and ' +
-        'GET /healthz. POST /api/review/<id>/resolve {as, actor, note} needs --token.\n\n' +
+        'GET /api/status, /api/jobs, /api/jobs/<id>, /api/review, /api/approvals, a dashboard ' +
+        'at /, and GET /healthz. POST /api/review/<id>/resolve {as, actor, note} and POST ' +
+        '/api/approvals/<id> {approve, actor, note} need --token.\n\n' +
         'Listens on 127.0.0.1 unless --host says otherwise: the journal holds inputs and results.',
     )
     .option('--port <port>', 'port to listen on', intOption(0, 65_535), 9464)
@@ -54,6 +56,11 @@ export function registerServe(program: Command): void {
       'health check: most expired, unreclaimed leases',
       intOption(0, INT_MAX),
     )
+    .option(
+      '--max-approval-age <ms>',
+      'health check: longest a job may await approval',
+      intOption(0, INT_MAX),
+    )
     .addHelpText(
       'after',
       '\nExample:\n  $ reckon serve --port 9464 --max-unknown 0 --max-review 5',
@@ -62,8 +69,8 @@ export function registerServe(program: Command): void {
   cmd.action(async (flags: ServeFlags) => {
     const q = await openCliQueue(flags.store, { mustExist: true });
     const metrics = new Metrics({ store: q.store });
-    const health = (stats: Parameters<typeof healthChecks>[0]) => {
-      const checks = healthChecks(stats, flags);
+    const health = (...[stats, approvals]: Parameters<ApiOptions['health']>) => {
+      const checks = healthChecks(stats, flags, approvals);
       return { healthy: checks.every((c) => c.ok), checks };
     };
     const endpoint = await startMetricsServer({

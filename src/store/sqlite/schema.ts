@@ -14,6 +14,12 @@ export interface Migration {
    * rewritten, or a table edited by hand) leaves that table as it is; found twice, it throws.
    */
   rewrites?: readonly { table: string; from: string; to: string }[];
+  /**
+   * Columns added (ALTER TABLE … ADD COLUMN) before `sql` runs, each only if its table lacks it:
+   * SQLite has no ADD COLUMN IF NOT EXISTS, and a migration run again over its own work (a
+   * migrations table rolled back by hand) must not fail on a column it already added.
+   */
+  columns?: readonly { table: string; column: string; type: string }[];
 }
 
 /**
@@ -173,11 +179,32 @@ CREATE INDEX jobs_claim ON jobs (queue, priority DESC, run_at) WHERE state = 'QU
 `,
   },
   {
+    // AWAITING_APPROVAL (a person allows the side effect before any claim): the state joins the
+    // jobs CHECK (a wider constraint: every stored row stays valid), with the reason shown to
+    // the approver and when the approval times out. The index serves listing and expiry.
+    version: 5,
+    name: 'approval before dispatch',
+    columns: [
+      { table: 'jobs', column: 'approval_reason', type: 'TEXT' },
+      { table: 'jobs', column: 'approval_expires_at', type: 'INTEGER' },
+    ],
+    sql: `
+CREATE INDEX IF NOT EXISTS jobs_approval ON jobs (approval_expires_at) WHERE state = 'AWAITING_APPROVAL';
+`,
+    rewrites: [
+      {
+        table: 'jobs',
+        from: `CHECK (${anyOf('state', JOB_STATE_LIST)})`,
+        to: `CHECK (${anyOf('state', ['AWAITING_APPROVAL', ...JOB_STATE_LIST])})`,
+      },
+    ],
+  },
+  {
     // Retention (invariant 8): a terminal job's whole history may be deleted at once. Events stay
     // append-only for every other job: a delete is refused unless the event's job is still there
     // and terminal (retention deletes events first, then attempts, then the job). The finished
     // index serves the retention query (finished_at is set only in a terminal state).
-    version: 5,
+    version: 6,
     name: 'retention: terminal histories may be deleted',
     sql: `
 DROP TRIGGER IF EXISTS events_no_delete;
