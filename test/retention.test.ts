@@ -50,7 +50,7 @@ const leaseOf = (c: ClaimedAttempt): LeaseRef => ({
   leaseToken: c.attempt.leaseToken,
 });
 
-/** Jobs in every state but AWAITING_APPROVAL, written through the store's own API. */
+/** Jobs in every state, written through the store's own API. */
 async function jobsInEveryState(store: Store, n = 3) {
   const ids: Record<string, string[]> = {
     SUCCEEDED: [],
@@ -60,6 +60,7 @@ async function jobsInEveryState(store: Store, n = 3) {
     NEEDS_REVIEW: [],
     LEASED: [],
     QUEUED: [],
+    AWAITING_APPROVAL: [],
   };
   const claimOne = async (key: string) => {
     await store.jobInsertMany({ jobs: [newJob(key)], actor: 'test' });
@@ -114,6 +115,12 @@ async function jobsInEveryState(store: Store, n = 3) {
     ids.CANCELLED!.push(q!.job.id);
     const [w] = await store.jobInsertMany({ jobs: [newJob(`q-${i}`, 'later')], actor: 'test' });
     ids.QUEUED!.push(w!.job.id);
+    const [a] = await store.jobInsertMany({
+      jobs: [{ ...newJob(`a-${i}`, 'later'), approval: { reason: 'big', expiresInMs: null } }],
+      actor: 'test',
+    });
+    expect(a!.job.state).toBe('AWAITING_APPROVAL');
+    ids.AWAITING_APPROVAL!.push(a!.job.id);
   }
   return ids;
 }
@@ -122,7 +129,7 @@ async function details(store: Store, ids: string[]): Promise<(JobDetail | null)[
   return Promise.all(ids.map((id) => store.jobGet({ id })));
 }
 
-const LIVE = ['UNKNOWN', 'NEEDS_REVIEW', 'LEASED', 'QUEUED'];
+const LIVE = ['UNKNOWN', 'NEEDS_REVIEW', 'LEASED', 'QUEUED', 'AWAITING_APPROVAL'];
 
 describe.each(STORE_KINDS)('retention: %s', (kind: StoreKind) => {
   if (kind === 'postgres' && pgReason !== null) {
