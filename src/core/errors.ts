@@ -253,6 +253,38 @@ export class LeaseLost extends ReckonError {
   }
 }
 
+/** A backup or restore would write over a file that exists: refused, nothing written. */
+export class TargetExists extends ReckonError {
+  readonly path: string;
+  constructor(path: string, what: string) {
+    super(
+      'TARGET_EXISTS',
+      `${path} already exists; ${what} never writes over a file: pick a new path`,
+    );
+    this.path = path;
+  }
+}
+
+/** A backup that failed its checks (integrity, schema version, readable jobs). */
+export class BackupInvalid extends ReckonError {
+  readonly path: string;
+  constructor(path: string, why: string) {
+    super('BACKUP_INVALID', `${path} is not a usable reckon backup: ${why}`);
+    this.path = path;
+  }
+}
+
+/** `reckon backup` on a store it does not copy itself (PostgreSQL: pg_dump does). */
+export class BackupUnsupported extends ReckonError {
+  readonly command: string;
+  readonly restoreCommand: string;
+  constructor(message: string, command: string, restoreCommand: string) {
+    super('BACKUP_UNSUPPORTED', message);
+    this.command = command;
+    this.restoreCommand = restoreCommand;
+  }
+}
+
 /** A broken invariant: a bug. Recovery takes over after the crash. */
 export class InvariantViolation extends Error {
   constructor(message: string) {
