@@ -94,7 +94,10 @@ export function registerEnqueue(program: Command): void {
   });
 }
 
-export async function readInputText(arg: string | undefined, file: string | undefined): Promise<string> {
+export async function readInputText(
+  arg: string | undefined,
+  file: string | undefined,
+): Promise<string> {
   if (arg !== undefined && file !== undefined)
     throw new UsageError('give the input either as an argument or with --input-file, not both');
   if (file !== undefined) {

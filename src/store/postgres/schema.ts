@@ -200,10 +200,32 @@ CREATE INDEX IF NOT EXISTS jobs_approval ON jobs (approval_expires_at) WHERE sta
 `,
   },
   {
+    // Retention (invariant 8): a terminal job's whole history may be deleted at once. Events stay
+    // append-only for every other job: a delete is refused unless the event's job is still there
+    // and terminal (retention deletes events first, then attempts, then the job); updates and
+    // truncation are refused as before. The finished index serves the retention query.
+    version: 6,
+    name: 'retention: terminal histories may be deleted',
+    sql: `
+CREATE OR REPLACE FUNCTION events_append_only() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+BEGIN
+  IF TG_OP = 'DELETE' AND EXISTS (SELECT 1 FROM jobs WHERE id = OLD.job_id
+      AND state IN ('SUCCEEDED','FAILED','CANCELLED')) THEN
+    RETURN OLD;
+  END IF;
+  RAISE EXCEPTION 'reckon events are append-only (only a terminal job''s whole history may be deleted)'
+    USING ERRCODE = 'restrict_violation';
+END
+$$;
+CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
+`,
+  },
+  {
     // The lookup horizon is the operation's policy recorded with the job (DESIGN §3), so a
     // process that does not know the operation never shortens it. Older jobs get the default
     // grace of the code that enqueued them (5,000 ms).
-    version: 6,
+    version: 7,
     name: 'lookup grace recorded with the job',
     sql: `ALTER TABLE jobs ADD COLUMN IF NOT EXISTS reconcile_grace_ms bigint NOT NULL DEFAULT 5000;`,
   },

@@ -45,6 +45,7 @@ import {
   type ApprovalTarget,
 } from './approvals.js';
 import { jobChangesSubscribe, jobStatesRead } from './outcome-notify.js';
+import { jobPruneMany as pruneJobs } from './retention.js';
 import type {
   ApprovalDecide,
   ApprovalDecideResult,
@@ -62,6 +63,8 @@ import type {
   JobInsert,
   JobInsertResult,
   JobListParams,
+  JobPruneParams,
+  JobPruneResult,
   JobRecord,
   JobStateRow,
   JobTransition,
@@ -286,6 +289,12 @@ export class PostgresStore implements Store {
   }
 
   // ---------------------------------------------------------------- connections
+
+  jobPruneMany(p: JobPruneParams): Promise<JobPruneResult> {
+    const db = this.db;
+    const h = { schema: this.schema, tx: db.tx.bind(db), read: db.run.bind(db) };
+    return pruneJobs({ ...h, read: (fn) => h.read(fn, { reads: true }) }, p);
+  }
 
   onCommit(fn: (c: StoreCommit) => void): () => void {
     return this.commits.add(fn);

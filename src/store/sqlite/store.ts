@@ -6,6 +6,7 @@
  * across processes; readers are never blocked (WAL). The lease clock is the host clock, shared
  * by every process on the host (DESIGN §3); tests inject one.
  */
+import { existsSync, statSync } from 'node:fs';
 import Database from 'better-sqlite3';
 import {
   SchemaTooNew,
@@ -47,6 +48,8 @@ import type {
   JobInsert,
   JobInsertResult,
   JobListParams,
+  JobPruneParams,
+  JobPruneResult,
   JobRecord,
   JobStateRow,
   JobTransition,
@@ -70,6 +73,7 @@ import { JobInserter } from './insert.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS, addColumns, rewriteTables } from './schema.js';
 import { approvalDecide, approvalExpireMany, approvalList, approvalStats } from './approvals.js';
 import { jobChangesSubscribe, jobStatesRead } from './outcome-notify.js';
+import { jobPruneMany as pruneJobs, sqliteVacuum } from './retention.js';
 import {
   CLAIM_LEASE,
   LIMIT_PARAM,
@@ -884,6 +888,17 @@ export class SqliteStore implements Store {
         return Promise.resolve();
       },
     };
+  }
+
+  jobPruneMany(p: JobPruneParams): Promise<JobPruneResult> {
+    return pruneJobs({ db: this.conn(), now: this.now, write: (fn) => this.writer.write(fn) }, p);
+  }
+
+  /** Shrinks the file after a prune (see retention.ts); the size counts the WAL too. */
+  vacuum(): { bytesBefore: number; bytesAfter: number } {
+    const size = (f: string) => (existsSync(f) ? statSync(f).size : 0);
+    const path = this.options.path;
+    return sqliteVacuum(this.conn(), () => size(path) + size(`${path}-wal`));
   }
 
   // ---------------------------------------------------------------- approvals (approvals.ts)
