@@ -86,44 +86,7 @@ export class Reconciler {
       decision = { next: { to: 'NEEDS_REVIEW' } };
       path = 'review';
     }
-    const evidence = verdictEvidence(verdict);
-    const why = reviewWhy(op, verdict, decision);
-    const t: JobTransition = {
-      jobId: job.id,
-      from: 'UNKNOWN',
-      to: decision.next.to,
-      expectAttemptNo: attempt.attemptNo,
-      ...(decision.next.delayMs !== undefined ? { delayMs: decision.next.delayMs } : {}),
-      ...(decision.recheckDelayMs !== undefined ? { recheckDelayMs: decision.recheckDelayMs } : {}),
-      ...(verdict?.kind === 'inconclusive' ? { lookupFailed: true } : {}),
-      ...(decision.resolution
-        ? {
-            resolution: {
-              kind: decision.resolution,
-              source: path === 'lookup' ? 'lookup' : 'same-key-retry',
-              evidence,
-            },
-          }
-        : {}),
-      ...(verdict?.kind === 'succeeded' ? { resultJson: encodeResult(verdict.result) } : {}),
-      ...(verdict?.kind === 'failed' && decision.next.to === 'FAILED'
-        ? {
-            error: toErrorInfo(
-              verdict.error ?? new Error('the downstream reports the request failed'),
-            ),
-          }
-        : {}),
-      event: {
-        kind:
-          decision.next.to === 'NEEDS_REVIEW'
-            ? 'review'
-            : verdict?.kind === 'inconclusive'
-              ? 'lookup-inconclusive'
-              : 'reconciled',
-        actor: 'reconciler',
-        detail: { path, ...(why ? { why } : {}), ...(verdict ? { lookup: evidence } : {}) },
-      },
-    };
+    const t = transitionFor({ job, attempt, op, decision, verdict, path });
     const applied = await this.host.store.jobTransition(t);
     const fields = {
       jobId: job.id,
@@ -143,6 +106,20 @@ export class Reconciler {
       );
       return;
     }
+    this.announce({ job, attempt, t, decision, verdict, path, fields });
+  }
+
+  /** A settled reconciliation: its log line, metrics and notification. */
+  private announce(p: {
+    job: JobRecord;
+    attempt: AttemptRecord;
+    t: JobTransition;
+    decision: ReconcileDecision;
+    verdict: LookupVerdict | undefined;
+    path: string;
+    fields: Record<string, unknown>;
+  }): void {
+    const { job, attempt, t, decision, verdict, path, fields } = p;
     this.host.log.info(
       { ...fields, path, resolution: decision.resolution },
       t.to === 'NEEDS_REVIEW' ? 'UNKNOWN job needs review' : 'UNKNOWN job reconciled',
@@ -233,6 +210,56 @@ export class Reconciler {
       clearTimeout(timer);
     }
   }
+}
+
+/** The store transition a reconciliation decision makes (a fenced UNKNOWN -> next move). */
+function transitionFor(p: {
+  job: JobRecord;
+  attempt: AttemptRecord;
+  op: AnyOperation;
+  decision: ReconcileDecision;
+  verdict: LookupVerdict | undefined;
+  path: string;
+}): JobTransition {
+  const { job, attempt, op, decision, verdict, path } = p;
+  const evidence = verdictEvidence(verdict);
+  const why = reviewWhy(op, verdict, decision);
+  return {
+    jobId: job.id,
+    from: 'UNKNOWN',
+    to: decision.next.to,
+    expectAttemptNo: attempt.attemptNo,
+    ...(decision.next.delayMs !== undefined ? { delayMs: decision.next.delayMs } : {}),
+    ...(decision.recheckDelayMs !== undefined ? { recheckDelayMs: decision.recheckDelayMs } : {}),
+    ...(verdict?.kind === 'inconclusive' ? { lookupFailed: true } : {}),
+    ...(decision.resolution
+      ? {
+          resolution: {
+            kind: decision.resolution,
+            source: path === 'lookup' ? 'lookup' : 'same-key-retry',
+            evidence,
+          },
+        }
+      : {}),
+    ...(verdict?.kind === 'succeeded' ? { resultJson: encodeResult(verdict.result) } : {}),
+    ...(verdict?.kind === 'failed' && decision.next.to === 'FAILED'
+      ? {
+          error: toErrorInfo(
+            verdict.error ?? new Error('the downstream reports the request failed'),
+          ),
+        }
+      : {}),
+    event: {
+      kind:
+        decision.next.to === 'NEEDS_REVIEW'
+          ? 'review'
+          : verdict?.kind === 'inconclusive'
+            ? 'lookup-inconclusive'
+            : 'reconciled',
+      actor: 'reconciler',
+      detail: { path, ...(why ? { why } : {}), ...(verdict ? { lookup: evidence } : {}) },
+    },
+  };
 }
 
 /** The earliest time a lookup may run for this UNKNOWN attempt (DESIGN §3), on the store's clock. */
