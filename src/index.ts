@@ -54,6 +54,7 @@ export {
   LeaseLost,
   InvariantViolation,
   IllegalTransition,
+  CallbackFailed,
 } from './core/errors.js';
 export type { ErrorInfo } from './core/errors.js';
 export { JOB_STATES, ATTEMPT_STATES, describeJobTransitions } from './core/states.js';

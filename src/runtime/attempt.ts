@@ -7,11 +7,13 @@ import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { decideAfterAttempt, type AttemptOutcome } from '../core/decide.js';
 import {
+  CallbackFailed,
   DefiniteFailure,
   InvariantViolation,
   LeaseLost,
   ReckonError,
   errorCode,
+  safeErrorInfo,
   toErrorInfo,
   type ErrorInfo,
 } from '../core/errors.js';
@@ -222,8 +224,9 @@ export class AttemptRun {
     // A marker write still in flight decides which side of the boundary we are on.
     if (this.markerWrite) await this.markerWrite.catch(() => undefined);
     onSettled?.();
-    const outcome = ok ? ({ state: 'SUCCEEDED' } as const) : this.classify(failure);
-    const error = ok ? undefined : toErrorInfo(failure);
+    const { outcome, error } = ok
+      ? { outcome: { state: 'SUCCEEDED' } as const, error: undefined }
+      : this.judge(failure);
     const end = await this.record(outcome, ok ? result : undefined, error, attempt.attemptNo);
     this.finished = true;
     clearTimeout(this.watchdog);
@@ -238,7 +241,10 @@ export class AttemptRun {
     // The abandoned execute may still settle; that is late evidence, handled by the host.
     p.then(
       (r) => this.afterAbandoned({ state: 'SUCCEEDED' }, r, undefined),
-      (e) => this.afterAbandoned(this.classify(e), undefined, toErrorInfo(e)),
+      (e) => {
+        const { outcome, error } = this.judge(e);
+        this.afterAbandoned(outcome, undefined, error);
+      },
     );
     return new Promise<T>((resolve, reject) => {
       this.stopWaiting = reject;
@@ -341,6 +347,24 @@ export class AttemptRun {
     const value = await pending;
     this.host.faults.hit('after-response-before-commit', this.lease);
     return value;
+  }
+
+  /**
+   * The outcome of a failure and the error to journal. The operation's classifier is user code:
+   * if it throws, nothing proves the request did not leave, so the attempt is UNKNOWN and the
+   * journal keeps a `CallbackFailed` with the failure it was reading.
+   */
+  private judge(err: unknown): { outcome: AttemptOutcome; error: ErrorInfo } {
+    try {
+      return { outcome: this.classify(err), error: safeErrorInfo(err) };
+    } catch (classifierError) {
+      const failed = new CallbackFailed(this.op.name, 'classify', classifierError);
+      this.log.error({ err: toErrorInfo(failed) }, 'the classifier threw; the attempt is UNKNOWN');
+      return {
+        outcome: { state: 'UNKNOWN' },
+        error: { ...toErrorInfo(failed), details: { failure: safeErrorInfo(err) } },
+      };
+    }
   }
 
   /** DESIGN §4: after dispatch started, only DefiniteFailure (or the classifier) is definitive. */

@@ -10,7 +10,7 @@ import { isOperation, type Logger, type Operation, type AnyOperation } from '../
 import type { JobState } from '../core/states.js';
 import { isJobState } from '../core/states.js';
 import type { JobDetail, JobInsert, JobInsertResult, JobRecord, Store } from '../store/store.js';
-import { noopObserver, silentLogger, type RuntimeObserver } from './observer.js';
+import { noopObserver, safeLogger, silentLogger, type RuntimeObserver } from './observer.js';
 import { Faults } from './faults.js';
 import { Reclaimer } from './reclaimer.js';
 import { Review } from './review.js';
@@ -82,7 +82,7 @@ export class Queue {
 
   constructor(store: Store, options: QueueOptions = {}) {
     this.store = store;
-    this.log = options.logger ?? silentLogger;
+    this.log = safeLogger(options.logger);
     this.faults = options.faults ?? Faults.fromEnv();
     this.observer = options.observer ?? noopObserver;
     this.payloadBytesMax = options.payloadBytesMax ?? LIMITS.payloadBytesMax;
