@@ -200,10 +200,11 @@ export class AttemptRun {
       this.abort(new AttemptTimeout(this.op.timeoutMs));
       // Two seconds past the signal give well-behaved code time to settle with a real answer;
       // then the attempt stops waiting for execute (see raceTimeout).
-      this.hardTimer = setTimeout(
-        () => this.stopWaiting?.(new AttemptTimeout(this.op.timeoutMs)),
-        2_000,
-      );
+      this.hardTimer = setTimeout(() => {
+        if (!this.stopWaiting) return;
+        this.stoppedWaiting = true;
+        this.stopWaiting(new AttemptTimeout(this.op.timeoutMs));
+      }, HARD_TIMEOUT_AFTER_ABORT_MS);
       this.hardTimer.unref();
     }, this.op.timeoutMs);
     timeout.unref();
@@ -230,6 +231,9 @@ export class AttemptRun {
     const end = await this.record(outcome, ok ? result : undefined, error, attempt.attemptNo);
     this.finished = true;
     clearTimeout(this.watchdog);
+    // An answer that came while the outcome was being written is evidence too.
+    const late = this.lateAnswer;
+    if (late) this.afterAbandoned(late.outcome, late.result, late.error);
     return end;
   }
 
@@ -252,13 +256,27 @@ export class AttemptRun {
     });
   }
 
+  /** The attempt stopped waiting for execute at the hard timeout (its outcome is UNKNOWN). */
+  private stoppedWaiting = false;
+  /** Execute settled after the attempt stopped waiting, before its outcome was written. */
+  private lateAnswer:
+    { outcome: AttemptOutcome; result: unknown; error: ErrorInfo | undefined } | undefined;
   private abandonedEnd: AttemptEnd | undefined;
+  /**
+   * Execute settled. In time, `run` records it; after the attempt stopped waiting (hard timeout)
+   * or gave up (shutdown), it is late evidence (invariant 7), handed over once the attempt's own
+   * outcome is written: it may then resolve that UNKNOWN outcome.
+   */
   private afterAbandoned(
     outcome: AttemptOutcome,
     result: unknown,
     error: ErrorInfo | undefined,
   ): void {
-    if (!this.finished || this.abandonedEnd) return;
+    if (!this.finished) {
+      if (this.stoppedWaiting) this.lateAnswer ??= { outcome, result, error };
+      return;
+    }
+    if (this.abandonedEnd) return;
     this.abandonedEnd = { kind: 'fenced', outcome, result, error };
     this.host
       .lateEvidence(this.claimed, outcome, result, error)
@@ -535,6 +553,8 @@ export class AttemptRun {
  * that is down.
  */
 export const OUTCOME_RETRY_INITIAL_MS = 100;
+/** After the timeout aborts `ctx.signal`, how long the attempt still waits for a real answer. */
+export const HARD_TIMEOUT_AFTER_ABORT_MS = 2_000;
 export const OUTCOME_RETRY_MAX_MS = 5_000;
 
 function provablyNotSent(err: unknown): boolean {
