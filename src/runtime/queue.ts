@@ -4,7 +4,13 @@
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import { v7 as uuidv7 } from 'uuid';
-import { InvalidInput, JobNotFound, JobStateConflict, UnknownOperation } from '../core/errors.js';
+import {
+  InvalidInput,
+  JobNotFound,
+  JobStateConflict,
+  UnknownOperation,
+  safeMessage,
+} from '../core/errors.js';
 import { encodePayload, fingerprintOf, sha256Hex, type Json } from '../core/json.js';
 import { isOperation, type Logger, type Operation, type AnyOperation } from '../core/operation.js';
 import type { JobState } from '../core/states.js';
@@ -260,7 +266,7 @@ export class Queue {
     // the stored text; with one, it sees the input as the operation will (parsed from the text).
     const inputJson = encodePayload(input, what, this.payloadBytesMax);
     const fingerprint = op.spec.fingerprint
-      ? fingerprintOf(op.spec.fingerprint(JSON.parse(inputJson) as Json))
+      ? this.userFingerprint(op, inputJson, what)
       : sha256Hex(inputJson);
     const id = uuidv7();
     const requestKey = this.requestKeyOf(item, id, what);
@@ -299,6 +305,17 @@ export class Queue {
       backoff: op.retry.backoff,
       timeoutMs: op.timeoutMs,
     };
+  }
+
+  /** The operation's own fingerprint function is user code: a throw is the caller's bad input. */
+  private userFingerprint(op: AnyOperation, inputJson: string, what: string): string {
+    let identity: unknown;
+    try {
+      identity = op.spec.fingerprint!(JSON.parse(inputJson) as Json);
+    } catch (err) {
+      throw new InvalidInput(`${what}: ${op.name}.fingerprint threw: ${safeMessage(err)}`);
+    }
+    return fingerprintOf(identity, `${what}: what ${op.name}.fingerprint returned`);
   }
 
   private requestKeyOf(item: EnqueueOptions, id: string, what: string): string {

@@ -69,7 +69,7 @@ export function apiRoutes(options: ApiOptions): RouteHandler {
         parts.length === 3 &&
         parts[2] === 'resolve'
       ) {
-        const body = (await readJson(req)) as { as?: unknown; actor?: unknown; note?: unknown };
+        const body = await readJsonObject(req);
         const job = await queue.review.resolve(parts[1]!, {
           as: body.as as never,
           actor: typeof body.actor === 'string' ? body.actor : '',
@@ -129,6 +129,18 @@ function send(res: ServerResponse, status: number, body: unknown): true {
     })
     .end(JSON.stringify(body));
   return true;
+}
+
+/** A body that must be one JSON object: `null`, arrays and scalars are a 400, not a crash. */
+async function readJsonObject(req: IncomingMessage): Promise<Record<string, unknown>> {
+  const body = await readJson(req);
+  if (typeof body !== 'object' || body === null || Array.isArray(body))
+    throw new HttpError(
+      400,
+      'INVALID_BODY',
+      `the request body must be a JSON object such as {"as":"succeeded","actor":"ana"}, got ${body === null ? 'null' : Array.isArray(body) ? 'an array' : typeof body}`,
+    );
+  return body as Record<string, unknown>;
 }
 
 async function readJson(req: IncomingMessage): Promise<unknown> {
