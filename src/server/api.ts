@@ -15,7 +15,7 @@ export interface ApiOptions {
   queue: Queue;
   /** Health of the store, with the thresholds the server was started with. */
   health: (stats: StoreStats) => { healthy: boolean; checks: unknown[] };
-  /** Bearer token for write routes (and for every /api route when `protectReads`). No token: writes refused. */
+  /** Bearer token for write routes (and for every /api route and /metrics when `protectReads`). No token: writes refused. */
   token?: string;
   protectReads?: boolean;
 }
@@ -29,6 +29,16 @@ export function apiRoutes(options: ApiOptions): RouteHandler {
     if (url.pathname === '/' && req.method === 'GET') {
       res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' }).end(DASHBOARD_HTML);
       return true;
+    }
+    if (url.pathname === '/metrics' && options.protectReads) {
+      try {
+        authorize(req, options.token, false);
+      } catch (err) {
+        if (err instanceof HttpError)
+          return send(res, err.status, { error: { code: err.code, message: err.message } });
+        throw err;
+      }
+      return false;
     }
     if (!url.pathname.startsWith('/api/')) return false;
     const write = req.method !== 'GET' && req.method !== 'HEAD';
