@@ -9,6 +9,12 @@
  *                                                    (the local half of the same fence) are ignored
  *   RECKON_UNSAFE_DISABLE_SAFEGUARD=unknown-retry    an UNKNOWN outcome is taken for a retryable
  *                                                    failure: the request is sent again blindly
+ *   RECKON_UNSAFE_DISABLE_SAFEGUARD=marker-after-dispatch   the side effect starts before its
+ *                                                    dispatch marker is written (invariant 3)
+ *   RECKON_UNSAFE_DISABLE_SAFEGUARD=unfenced-outcome a worker fenced out of its attempt writes its
+ *                                                    outcome to the job anyway (invariant 7)
+ *   RECKON_UNSAFE_DISABLE_SAFEGUARD=new-key-on-retry a retry sends a fresh request key
+ *                                                    (invariant 6)
  *
  * Read once, when this module loads. Honoured only when NODE_ENV=test; anywhere else the variable
  * is ignored with a warning on stderr, so a stray setting can never weaken a real deployment.
@@ -16,7 +22,13 @@
  * It lives in core (the one module there that reads the environment) because both the runtime
  * and the stores have safeguards a test may switch off, and neither may import the other.
  */
-export const SAFEGUARDS = ['dispatch-fence', 'unknown-retry'] as const;
+export const SAFEGUARDS = [
+  'dispatch-fence',
+  'unknown-retry',
+  'marker-after-dispatch',
+  'unfenced-outcome',
+  'new-key-on-retry',
+] as const;
 export type Safeguard = (typeof SAFEGUARDS)[number];
 
 export function disabledSafeguardFrom(env: NodeJS.ProcessEnv): Safeguard | null {

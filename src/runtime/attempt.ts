@@ -20,6 +20,7 @@ import {
 import { encodeResult } from '../core/json.js';
 import type { Logger, OperationContext, AnyOperation } from '../core/operation.js';
 import { seedOf } from '../core/retry.js';
+import type { JobState } from '../core/states.js';
 import type { AttemptFinish, ClaimedAttempt, LeaseRef, Store } from '../store/store.js';
 import type { Faults } from './faults.js';
 import type { RuntimeObserver } from './observer.js';
@@ -292,7 +293,11 @@ export class AttemptRun {
     return {
       jobId: job.id,
       attemptNo: attempt.attemptNo,
-      requestKey: job.requestKey,
+      requestKey:
+        // Test-only sabotage (core/unsafe.ts, NODE_ENV=test): a retry sends a fresh key.
+        DISABLED_SAFEGUARD === 'new-key-on-retry' && attempt.attemptNo > 1
+          ? `${job.requestKey}~${attempt.attemptNo}`
+          : job.requestKey,
       fingerprint: job.fingerprint,
       runId: job.runId,
       stepId: job.stepId,
@@ -319,6 +324,8 @@ export class AttemptRun {
         this.abortReason,
       );
     }
+    // Test-only sabotage (core/unsafe.ts, NODE_ENV=test): the side effect happens before its marker.
+    const early = DISABLED_SAFEGUARD === 'marker-after-dispatch' ? await settled(fn) : undefined;
     this.host.faults.hit('lease-expired-while-alive', this.lease);
     this.dispatchState = 'marking';
     const write = this.host.store.attemptDispatchMany({ leases: [this.lease] });
@@ -358,7 +365,7 @@ export class AttemptRun {
       queue: job.queue,
       queueAgeMs: mark.dispatchedAt - job.createdAt,
     });
-    const pending = fn();
+    const pending = early ? early() : fn();
     // A `throw` fault below abandons the request; its own rejection must not crash the process.
     Promise.resolve(pending).catch(() => undefined);
     this.host.faults.hit('after-send-before-response', this.lease);
@@ -518,6 +525,8 @@ export class AttemptRun {
       return { kind: 'fenced', outcome, result, error };
     }
     const applied = written;
+    if (!applied && DISABLED_SAFEGUARD === 'unfenced-outcome')
+      await writeUnfenced(this.host, this.claimed, next, finish).catch(() => undefined);
     if (!applied) {
       this.log.warn(
         { outcome: attemptState },
@@ -556,6 +565,47 @@ export const OUTCOME_RETRY_INITIAL_MS = 100;
 /** After the timeout aborts `ctx.signal`, how long the attempt still waits for a real answer. */
 export const HARD_TIMEOUT_AFTER_ABORT_MS = 2_000;
 export const OUTCOME_RETRY_MAX_MS = 5_000;
+
+/** For the `marker-after-dispatch` sabotage: runs `fn` to its end; replays how it ended. */
+async function settled<T>(fn: () => Promise<T>): Promise<() => Promise<T>> {
+  try {
+    const value = await fn();
+    return () => Promise.resolve(value);
+  } catch (err) {
+    return () => {
+      throw err;
+    };
+  }
+}
+
+/**
+ * For the `unfenced-outcome` sabotage: what a store without the lease fence on outcomes would
+ * do, written through a path that has no lease to check: the fenced-out worker's outcome moves
+ * the job, whoever holds it now.
+ */
+async function writeUnfenced(
+  host: AttemptHost,
+  claimed: ClaimedAttempt,
+  next: { to: JobState; delayMs?: number },
+  finish: AttemptFinish,
+): Promise<void> {
+  const now = await host.store.jobGet({ id: claimed.job.id });
+  if (!now || now.job.state === next.to) return;
+  await host.store.jobTransition({
+    jobId: now.job.id,
+    from: now.job.state,
+    to: next.to,
+    expectAttemptNo: now.job.attemptCount,
+    ...(next.delayMs !== undefined ? { delayMs: next.delayMs } : {}),
+    ...(next.to === 'SUCCEEDED' ? { resultJson: finish.resultJson } : {}),
+    ...(next.to === 'FAILED' && finish.error ? { error: finish.error } : {}),
+    event: {
+      kind: 'unfenced-outcome',
+      actor: host.ownerId,
+      detail: { attemptNo: claimed.attempt.attemptNo, state: finish.state },
+    },
+  });
+}
 
 function provablyNotSent(err: unknown): boolean {
   const code = errorCode(err);

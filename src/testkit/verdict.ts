@@ -150,10 +150,11 @@ export function judgeDetails(
           'request-key-changed',
           `attempt ${a.attemptNo} carries request key ${a.requestKey}, not its job's (invariant 6)`,
         );
-      if (a.state === 'LEASED' && SETTLED.includes(job.state))
+      // One owner: an attempt is LEASED only as the job's latest, with the job LEASED.
+      if (a.state === 'LEASED' && (job.state !== 'LEASED' || a.attemptNo !== job.attemptCount))
         flag(
           'attempt-left-leased',
-          `attempt ${a.attemptNo} still LEASED while its job is ${job.state}: the job moved on without its owner's end`,
+          `attempt ${a.attemptNo} still LEASED while its job is ${job.state} at attempt ${job.attemptCount}: the job moved on without its owner's end`,
         );
       if (a.state === 'UNKNOWN' && a.dispatchedAt === null)
         flag('unknown-without-marker', `attempt ${a.attemptNo} UNKNOWN without a dispatch marker`);
