@@ -15,7 +15,7 @@ import type { Logger, LookupResult, AnyOperation } from '../core/operation.js';
 import type { ClaimedAttempt, JobTransition, Store } from '../store/store.js';
 import { policyOf } from './reclaimer.js';
 import type { RuntimeObserver } from './observer.js';
-import type { JobEvent } from './worker.js';
+import type { JobEvent } from './events.js';
 
 interface ReconcilerHost {
   readonly store: Store;

@@ -18,10 +18,12 @@ import { AttemptRun, type AttemptHost } from './attempt.js';
 import type { Faults } from './faults.js';
 import type { RuntimeObserver } from './observer.js';
 import { recordLateEvidence } from './evidence.js';
-import type { Queue } from './queue.js';
+import type { JobEvent } from './events.js';
 import { Reclaimer } from './reclaimer.js';
 import { Reconciler } from './reconciler.js';
 import { workerSettings, type WorkerSettings } from './settings.js';
+
+export type { JobEvent } from './events.js';
 
 export interface WorkerOptions extends Partial<WorkerSettings> {
   operations: AnyOperation[];
@@ -29,16 +31,19 @@ export interface WorkerOptions extends Partial<WorkerSettings> {
   ownerId?: string;
 }
 
-export interface JobEvent {
-  jobId: string;
-  attemptNo: number;
-  operation: string;
-  requestKey: string;
-  input: unknown;
-  result?: unknown;
-  error?: ErrorInfo;
-  state: string;
-  resolution?: string;
+/**
+ * What a worker needs of the queue that made it (`Queue` passes itself): the worker does not
+ * import the queue, so imports in src/runtime point one way (queue -> worker -> the rest).
+ */
+export interface WorkerHost {
+  readonly store: Store;
+  readonly faults: Faults;
+  readonly log: Logger;
+  readonly observer: RuntimeObserver;
+  /** Emits 'enqueued' (operation name) for enqueues of this process. */
+  readonly notifier: EventEmitter;
+  /** The queue's registered operation of this name (for the reclaimer). */
+  operation(name: string): AnyOperation | undefined;
 }
 
 export class Worker extends EventEmitter implements AttemptHost {
@@ -101,7 +106,7 @@ export class Worker extends EventEmitter implements AttemptHost {
   }
 
   constructor(
-    private readonly queue: Queue,
+    private readonly queue: WorkerHost,
     options: WorkerOptions,
   ) {
     super();
