@@ -11,12 +11,14 @@
  *                    [--memory-waiting N] [--memory-ms N]
  *
  * Loopback only: PostgreSQL at 127.0.0.1:5432 (user postgres), Redis at 127.0.0.1:6379 db 9.
+ * The peers are bench/'s own package (bench/package.json), installed the first time a run
+ * asks for one; reckon is imported from the repository's src.
  */
 import { writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { describeHost, HOST_SIZES, measureHost } from './host.js';
 import { dropLeftoverDatabases, median, tolerateTeardownTermination } from './lib.js';
-import { ALL_SYSTEMS } from './systems/all.js';
+import { loadSystems, SYSTEM_NAMES } from './systems/all.js';
 import { WORKLOADS, type Metrics, type Sizes } from './workloads.js';
 
 const USAGE = `Usage: npm run bench -- [options]
@@ -25,12 +27,13 @@ Runs reckon (SQLite and PostgreSQL stores, full journal) and its peers on the sa
 interleaved round by round, each on a fresh database; prints medians and reckon's ratio to each
 peer. PostgreSQL at 127.0.0.1:5432 (user postgres), Redis at 127.0.0.1:6379 (db 9). Starts by
 measuring the host (fsync, single-row durable commits, loopback round trip), so that a run on a
-slow host reads as one.
+slow host reads as one. The peers are installed into bench/node_modules the first time a run
+asks for one (npm ci --prefix bench).
 
 Options:
   --quick                 small sizes and one round (a smoke run, not a measurement)
   --rounds N              rounds per workload (default 3; bulk-loaded workloads run once)
-  --systems a,b           systems to run (default: all): ${Object.keys(ALL_SYSTEMS).join(', ')}
+  --systems a,b           systems to run (default: all): ${SYSTEM_NAMES.join(', ')}
   --workloads a,b         workloads to run (default: all): ${WORKLOADS.map((w) => w.name).join(', ')}
   --json                  print the report as JSON on stdout (progress goes to stderr)
   --out FILE              also write the JSON report to FILE (for bench/report.ts)
@@ -121,12 +124,14 @@ async function main(): Promise<void> {
     memoryMs: args.memoryMs ?? (args.quick ? 2_000 : 5_000),
   };
   const rounds = args.rounds ?? (args.quick ? 1 : 3);
-  const systemNames = args.systems ?? Object.keys(ALL_SYSTEMS);
-  for (const n of systemNames) if (!ALL_SYSTEMS[n]) throw new UsageError(`unknown system ${n}`);
+  const systemNames = args.systems ?? SYSTEM_NAMES;
+  for (const n of systemNames)
+    if (!SYSTEM_NAMES.includes(n)) throw new UsageError(`unknown system ${n}`);
   for (const n of args.workloads ?? [])
     if (!WORKLOADS.some((w) => w.name === n)) throw new UsageError(`unknown workload ${n}`);
   const workloads = WORKLOADS.filter((w) => !args.workloads || args.workloads.includes(w.name));
   const log = (m: string) => (args.json ? process.stderr : process.stdout).write(m + '\n');
+  const systems = await loadSystems(systemNames, log);
   tolerateTeardownTermination();
   await dropLeftoverDatabases();
   const host = await measureHost(
@@ -142,14 +147,14 @@ async function main(): Promise<void> {
       // Rotate the order each round so no system always runs first (or last) on a warm host.
       const order = systemNames.map((_, i) => systemNames[(i + round) % systemNames.length]!);
       for (const name of order)
-        if (!w.only || w.only(ALL_SYSTEMS[name]!())) plan.push({ round, w, name });
+        if (!w.only || w.only(systems[name]!())) plan.push({ round, w, name });
     }
   }
   const results: Results = {};
   const started = new Date();
   const width = String(plan.length).length;
   for (const [i, { round, w, name }] of plan.entries()) {
-    const s = ALL_SYSTEMS[name]!();
+    const s = systems[name]!();
     await s.open();
     let m: Metrics;
     try {

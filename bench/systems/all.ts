@@ -1,14 +1,77 @@
-/** Every system the bench knows, by the name --systems takes. */
-import { BullMqSystem } from './bullmq.js';
-import { GraphileSystem } from './graphile.js';
-import { PgBossSystem } from './pgboss.js';
+/**
+ * Every system the bench knows, by the name --systems takes. The peers live in bench/'s own
+ * package (bench/package.json), not in reckon's: they are loaded only when a run asks for one,
+ * and installed (npm ci --prefix bench) the first time one is asked for. A reckon-only run
+ * needs nothing beyond the repository's own install.
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { ReckonSystem } from './reckon.js';
 import type { BenchSystem } from './system.js';
 
-export const ALL_SYSTEMS: Record<string, () => BenchSystem> = {
+const RECKON: Record<string, () => BenchSystem> = {
   'reckon-sqlite': () => new ReckonSystem('sqlite'),
   'reckon-pg': () => new ReckonSystem('postgres'),
-  'pg-boss': () => new PgBossSystem(),
-  'graphile-worker': () => new GraphileSystem(),
-  bullmq: () => new BullMqSystem(),
 };
+
+/** Peer name → its module in this folder, which default-exports a factory. */
+const PEERS: Record<string, string> = {
+  'pg-boss': 'pgboss.js',
+  'graphile-worker': 'graphile.js',
+  bullmq: 'bullmq.js',
+};
+
+export const SYSTEM_NAMES: readonly string[] = [...Object.keys(RECKON), ...Object.keys(PEERS)];
+
+const BENCH_DIR = fileURLToPath(new URL('..', import.meta.url));
+
+/**
+ * Installs bench/'s own dependencies when they are missing or older than its lock file (npm
+ * writes node_modules/.package-lock.json on every install).
+ */
+export function ensurePeersInstalled(log: (m: string) => void): void {
+  const installed = `${BENCH_DIR}node_modules/.package-lock.json`;
+  const lock = `${BENCH_DIR}package-lock.json`;
+  if (existsSync(installed) && sameLock(installed, lock)) return;
+  log('bench: installing the peers (npm ci --prefix bench), once');
+  execFileSync(
+    'npm',
+    ['ci', '--prefix', BENCH_DIR, '--no-audit', '--no-fund', '--loglevel=error'],
+    {
+      stdio: ['ignore', 'inherit', 'inherit'],
+    },
+  );
+}
+
+/** Whether every package the lock file requires is installed at the version it names. */
+function sameLock(installedPath: string, lockPath: string): boolean {
+  type Lock = { packages: Record<string, { version?: string; optional?: boolean }> };
+  const installed = (JSON.parse(readFileSync(installedPath, 'utf8')) as Lock).packages;
+  const locked = (JSON.parse(readFileSync(lockPath, 'utf8')) as Lock).packages;
+  return Object.entries(locked).every(
+    ([path, p]) => path === '' || p.optional === true || installed[path]?.version === p.version,
+  );
+}
+
+/** The factories of the named systems (names already checked against SYSTEM_NAMES). */
+export async function loadSystems(
+  names: readonly string[],
+  log: (m: string) => void,
+): Promise<Record<string, () => BenchSystem>> {
+  const out: Record<string, () => BenchSystem> = {};
+  const peers = names.filter((n) => PEERS[n]);
+  if (peers.length > 0) ensurePeersInstalled(log);
+  for (const name of names) {
+    const file = PEERS[name];
+    if (!file) {
+      out[name] = RECKON[name]!;
+      continue;
+    }
+    // A computed specifier: the root typecheck (CI, where bench/ is not installed) does not
+    // follow it into the peers' packages; bench/tsconfig.json checks those files.
+    const mod = (await import(`./${file}`)) as { default: () => BenchSystem };
+    out[name] = mod.default;
+  }
+  return out;
+}

@@ -2,7 +2,7 @@
  * graphile-worker 0.18 with the settings of its own published perf test: a local queue of 500
  * jobs and no completion batching delay.
  */
-import { makeWorkerUtils, run, type Runner, type WorkerUtils } from 'graphile-worker';
+import { Logger, makeWorkerUtils, run, type Runner, type WorkerUtils } from 'graphile-worker';
 import pg from 'pg';
 import { copyLists, createDatabase, dropDatabase, inChunks, pgUrl } from '../lib.js';
 import type { BenchSystem, Claimer, Payload, Running, WorkOptions } from './system.js';
@@ -178,5 +178,7 @@ export class GraphileSystem implements BenchSystem {
   }
 }
 
-import { Logger } from 'graphile-worker';
 const quietLogger = new Logger(() => () => undefined);
+
+/** What bench/systems/all.ts loads when a run asks for this peer. */
+export default (): BenchSystem => new GraphileSystem();

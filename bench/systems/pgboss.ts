@@ -136,3 +136,6 @@ export class PgBossSystem implements BenchSystem {
     return Number(r.rows[0]!.n);
   }
 }
+
+/** What bench/systems/all.ts loads when a run asks for this peer. */
+export default (): BenchSystem => new PgBossSystem();

@@ -12,7 +12,7 @@
  * JSON document in every case: the result, or `{ "error": { code, message, details? } }`.
  */
 import { CommanderError } from 'commander';
-import { ReckonError } from '../core/errors.js';
+import { OperationsModuleError, ReckonError } from '../core/errors.js';
 
 export const EXIT = {
   ok: 0,
@@ -64,7 +64,8 @@ export function describeError(err: unknown): ErrorReport {
       message: err.message.replace(/^error: /, ''),
     };
   }
-  if (err instanceof UsageError)
+  // A bad --operations module is a bad value on the command line, whoever loaded it.
+  if (err instanceof UsageError || err instanceof OperationsModuleError)
     return { exitCode: EXIT.usage, code: err.code, message: err.message };
   if (err instanceof ReckonError) {
     const details = Object.fromEntries(

@@ -85,6 +85,26 @@ export class JobNotFound extends ReckonError {
   }
 }
 
+/**
+ * A module of operations (the CLI's `--operations`, a chaos run's or a worker child's) that
+ * cannot be used: not found, failed to load, exports none, or two different ones share a name.
+ */
+export class OperationsModuleError extends ReckonError {
+  readonly path: string;
+  constructor(
+    code:
+      | 'OPERATIONS_MODULE_NOT_FOUND'
+      | 'OPERATIONS_MODULE_FAILED'
+      | 'NO_OPERATIONS'
+      | 'DUPLICATE_OPERATION',
+    message: string,
+    path: string,
+  ) {
+    super(code, message);
+    this.path = path;
+  }
+}
+
 /** A state-dependent request that the job's current state does not allow (e.g. cancel after dispatch). */
 export class JobStateConflict extends ReckonError {
   readonly state: string;

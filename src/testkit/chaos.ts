@@ -14,7 +14,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { loadOperations } from '../cli/operations-module.js';
+import { loadOperations } from '../runtime/operations-module.js';
 import { ReckonError } from '../core/errors.js';
 import { openQueue } from '../index.js';
 import { mulberry32 } from '../runtime/faults.js';

@@ -6,7 +6,7 @@
  * `kill` fault ends the process). Configured by its environment (see child-config.ts);
  * `RECKON_FAULTS` arms fault points.
  */
-import { loadOperations } from '../cli/operations-module.js';
+import { loadOperations } from '../runtime/operations-module.js';
 import type { AnyOperation } from '../core/operation.js';
 import { openQueue } from '../index.js';
 import { createLogger } from '../observe/logger.js';
