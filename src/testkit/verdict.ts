@@ -5,7 +5,7 @@
  */
 import { JOB_STATES, type JobState } from '../core/states.js';
 import type { Queue } from '../runtime/queue.js';
-import type { EventRecord, JobDetail } from '../store/store.js';
+import type { AttemptRecord, EventRecord, JobDetail, JobRecord } from '../store/store.js';
 
 export interface EffectLedger {
   effectsOf(key: string): number;
@@ -144,45 +144,62 @@ export function judgeDetails(
           'NEEDS_REVIEW without an UNKNOWN attempt and its review event',
         );
     }
-    for (const a of attempts) {
-      if (a.requestKey !== job.requestKey)
-        flag(
-          'request-key-changed',
-          `attempt ${a.attemptNo} carries request key ${a.requestKey}, not its job's (invariant 6)`,
-        );
-      // One owner: an attempt is LEASED only as the job's latest, with the job LEASED.
-      if (a.state === 'LEASED' && (job.state !== 'LEASED' || a.attemptNo !== job.attemptCount))
-        flag(
-          'attempt-left-leased',
-          `attempt ${a.attemptNo} still LEASED while its job is ${job.state} at attempt ${job.attemptCount}: the job moved on without its owner's end`,
-        );
-      if (a.state === 'UNKNOWN' && a.dispatchedAt === null)
-        flag('unknown-without-marker', `attempt ${a.attemptNo} UNKNOWN without a dispatch marker`);
-      if (a.reason === 'lease-expired-before-dispatch' && a.dispatchedAt !== null)
-        flag('not-sent-with-marker', `attempt ${a.attemptNo} called not-sent despite its marker`);
-    }
+    for (const [kind, what] of attemptProblems(job, attempts)) flag(kind, what);
     const chain = eventChainProblem(job.state, events);
     if (chain) flag('broken-event-chain', `${chain} (invariant 8)`);
   }
-  if (options.complete && ledger.effectKeys) {
-    const known = new Set(details.map((d) => d.job.requestKey));
-    for (const key of ledger.effectKeys()) {
-      if (known.has(key)) continue;
-      const effects = ledger.effectsOf(key);
-      v.violations.push(
-        `key ${key} (${effects} effects): an effect under a request key no job has: a request left with a key the journal does not know (invariant 6)`,
-      );
-      v.findings.push({
-        kind: 'effect-under-unknown-key',
-        jobId: '',
-        requestKey: key,
-        state: null,
-        effects,
-        message: 'an effect under a request key no job has (invariant 6)',
-      });
-    }
-  }
+  if (options.complete) flagUnknownKeys(v, details, ledger);
   return v;
+}
+
+/** What is wrong with a job's attempts, each as a finding's kind and message. */
+function attemptProblems(job: JobRecord, attempts: AttemptRecord[]): [ViolationKind, string][] {
+  const out: [ViolationKind, string][] = [];
+  for (const a of attempts) {
+    if (a.requestKey !== job.requestKey)
+      out.push([
+        'request-key-changed',
+        `attempt ${a.attemptNo} carries request key ${a.requestKey}, not its job's (invariant 6)`,
+      ]);
+    // One owner: an attempt is LEASED only as the job's latest, with the job LEASED.
+    if (a.state === 'LEASED' && (job.state !== 'LEASED' || a.attemptNo !== job.attemptCount))
+      out.push([
+        'attempt-left-leased',
+        `attempt ${a.attemptNo} still LEASED while its job is ${job.state} at attempt ${job.attemptCount}: the job moved on without its owner's end`,
+      ]);
+    if (a.state === 'UNKNOWN' && a.dispatchedAt === null)
+      out.push([
+        'unknown-without-marker',
+        `attempt ${a.attemptNo} UNKNOWN without a dispatch marker`,
+      ]);
+    if (a.reason === 'lease-expired-before-dispatch' && a.dispatchedAt !== null)
+      out.push([
+        'not-sent-with-marker',
+        `attempt ${a.attemptNo} called not-sent despite its marker`,
+      ]);
+  }
+  return out;
+}
+
+/** Effects under keys none of the (complete) jobs has: requests the journal does not know. */
+function flagUnknownKeys(v: Verdict, details: JobDetail[], ledger: EffectLedger): void {
+  if (!ledger.effectKeys) return;
+  const known = new Set(details.map((d) => d.job.requestKey));
+  for (const key of ledger.effectKeys()) {
+    if (known.has(key)) continue;
+    const effects = ledger.effectsOf(key);
+    v.violations.push(
+      `key ${key} (${effects} effects): an effect under a request key no job has: a request left with a key the journal does not know (invariant 6)`,
+    );
+    v.findings.push({
+      kind: 'effect-under-unknown-key',
+      jobId: '',
+      requestKey: key,
+      state: null,
+      effects,
+      message: 'an effect under a request key no job has (invariant 6)',
+    });
+  }
 }
 
 /**
