@@ -6,6 +6,7 @@
  * argv: <system> <target> <concurrency> <ms>
  */
 import { sleep, waitUntil } from './lib.js';
+import { loadSystems } from './systems/all.js';
 import type { BenchSystem } from './systems/system.js';
 
 const MB = 2 ** 20;
@@ -13,21 +14,8 @@ const [name, target, concurrencyArg, msArg] = process.argv.slice(2);
 
 /** Only the system under test is loaded: the others' libraries would count in its memory. */
 async function load(system: string): Promise<BenchSystem> {
-  switch (system) {
-    case 'reckon-sqlite':
-    case 'reckon-pg': {
-      const { ReckonSystem } = await import('./systems/reckon.js');
-      return new ReckonSystem(system === 'reckon-sqlite' ? 'sqlite' : 'postgres');
-    }
-    case 'pg-boss':
-      return new (await import('./systems/pgboss.js')).PgBossSystem();
-    case 'graphile-worker':
-      return new (await import('./systems/graphile.js')).GraphileSystem();
-    case 'bullmq':
-      return new (await import('./systems/bullmq.js')).BullMqSystem();
-    default:
-      throw new Error(`unknown system ${system}`);
-  }
+  const create = (await loadSystems([system], (m) => process.stderr.write(m + '\n')))[system]!;
+  return create();
 }
 
 const s = await load(name!);

@@ -18,7 +18,7 @@ import { writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { describeHost, HOST_SIZES, measureHost } from './host.js';
 import { dropLeftoverDatabases, median, tolerateTeardownTermination } from './lib.js';
-import { loadSystems, SYSTEM_NAMES } from './systems/all.js';
+import { loadSystems, PeerInstallError, SYSTEM_NAMES } from './systems/all.js';
 import { WORKLOADS, type Metrics, type Sizes } from './workloads.js';
 
 const USAGE = `Usage: npm run bench -- [options]
@@ -122,6 +122,7 @@ async function main(): Promise<void> {
     claimWarmup: 10,
     memoryWaiting: args.memoryWaiting ?? (args.quick ? 50_000 : 1_000_000),
     memoryMs: args.memoryMs ?? (args.quick ? 2_000 : 5_000),
+    callJobs: 1_000,
   };
   const rounds = args.rounds ?? (args.quick ? 1 : 3);
   const systemNames = args.systems ?? SYSTEM_NAMES;
@@ -200,7 +201,7 @@ function fmt(m: Metrics): string {
     .join(' ');
 }
 
-const LOWER_IS_BETTER = (workload: string) => /^(latency|claim|memory)/.test(workload);
+const LOWER_IS_BETTER = (workload: string) => /^(latency|claim|memory|call)/.test(workload);
 
 function summarize(results: Results, workloads: { name: string }[]) {
   const medians: Record<string, Record<string, Metrics>> = {};
@@ -265,6 +266,10 @@ main().then(
     if (err instanceof UsageError) {
       console.error(`bench: ${err.message}`);
       process.exit(2);
+    }
+    if (err instanceof PeerInstallError) {
+      console.error(`bench: ${err.message}`);
+      process.exit(1);
     }
     console.error(err);
     process.exit(1);

@@ -5,7 +5,7 @@
 import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { inFlight, percentile, sleep, waitUntil, hostMs } from './lib.js';
-import type { ReckonSystem } from './systems/reckon.js';
+import { benchOp, type ReckonSystem } from './systems/reckon.js';
 import type { BenchSystem, Payload } from './systems/system.js';
 
 export interface Sizes {
@@ -22,6 +22,8 @@ export interface Sizes {
   /** Jobs waiting in memory-1m, and how long its worker runs before it is measured. */
   memoryWaiting: number;
   memoryMs: number;
+  /** Concurrent callers in call-1000. */
+  callJobs: number;
 }
 
 export type Metrics = Record<string, number>;
@@ -298,6 +300,55 @@ const memory: Workload = {
   },
 };
 
+/**
+ * 1,000 concurrent `q.call`s in one process against a worker (concurrency 10) in the same
+ * process: how long after each outcome commits (the worker's `succeeded` event, emitted once the
+ * outcome is durable) its caller's wait resolves, woken by the store's notifications.
+ */
+const callWaiters: Workload = {
+  name: 'call-1000',
+  unit: 'ms (commit to caller p50)',
+  only: (s) => s.family === 'reckon',
+  async run(s, z) {
+    const q = (s as ReckonSystem).queue;
+    const n = z.callJobs;
+    const run = Date.now();
+    const resolved = new Map<number, number>();
+    const calls = Array.from({ length: n }, (_, seq) =>
+      q.call(benchOp, payload(seq), { key: `call-${run}-${seq}`, timeoutMs: 300_000 }).then((o) => {
+        resolved.set(seq, hostMs());
+        if (o.state !== 'SUCCEEDED') throw new Error(`bench: call ${seq} ended ${o.state}`);
+      }),
+    );
+    await waitUntil(
+      async () => (await s.pending()) >= n,
+      60_000,
+      `${s.name} to enqueue ${n} calls`,
+    );
+    const done = new Map<number, number>();
+    const running = await s.work({
+      concurrency: 10,
+      onStart: () => undefined,
+      onDone: (p) => done.set(p.seq, hostMs()),
+    });
+    await Promise.all(calls);
+    await running.stop();
+    const waits: number[] = [];
+    for (const [seq, t] of resolved) {
+      const d = done.get(seq);
+      if (d !== undefined) waits.push(t - d);
+    }
+    if (waits.length !== n) throw new Error(`bench: ${waits.length} of ${n} calls were timed`);
+    return {
+      value: percentile(waits, 50),
+      p50: percentile(waits, 50),
+      p99: percentile(waits, 99),
+      max: Math.max(...waits),
+      callers: n,
+    };
+  },
+};
+
 export const WORKLOADS: Workload[] = [
   enqueueSerial,
   enqueue32,
@@ -309,4 +360,5 @@ export const WORKLOADS: Workload[] = [
   claimLatency('claim-10k', (z) => z.claimWaitingSmall),
   claimLatency('claim-1m', (z) => z.claimWaitingLarge),
   memory,
+  callWaiters,
 ];

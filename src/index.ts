@@ -25,6 +25,7 @@ export {
   isOperation,
   DEFAULT_RECONCILE,
   DEFAULT_TIMEOUT_MS,
+  DEFAULT_APPROVAL_TIMEOUT_MS,
 } from './core/operation.js';
 export type {
   Operation,
@@ -55,18 +56,24 @@ export {
   InvariantViolation,
   IllegalTransition,
   CallbackFailed,
+  OutcomePending,
+  QueueClosed,
 } from './core/errors.js';
-export type { ErrorInfo } from './core/errors.js';
+export type { ErrorInfo, OutcomeEvidence } from './core/errors.js';
 export { JOB_STATES, ATTEMPT_STATES, describeJobTransitions } from './core/states.js';
 export type { JobState, AttemptState, Resolution } from './core/states.js';
 export { fingerprintOf, canonicalJson } from './core/json.js';
 export type { RetryPolicy, BackoffPolicy } from './core/retry.js';
 export { Queue } from './runtime/queue.js';
 export type { QueueOptions, EnqueueOptions, EnqueuedJob, JobsQuery } from './runtime/queue.js';
+export type { CallOptions } from './runtime/queue.js';
+export { DEFAULT_WAIT_MS } from './runtime/outcomes.js';
+export type { CallOutcome, WaitOptions } from './runtime/outcomes.js';
 export { Worker } from './runtime/worker.js';
 export type { WorkerOptions } from './runtime/worker.js';
 export type { JobEvent } from './runtime/events.js';
 export type { ResolveOptions, ReviewDecision } from './runtime/review.js';
+export type { ApprovalRequest, DecideOptions } from './runtime/approvals.js';
 export { Faults, FAULT_POINTS, InjectedFault, parseFaults } from './runtime/faults.js';
 export type { FaultPoint, FaultAction, FaultSpec } from './runtime/faults.js';
 export { createStore, DEFAULT_STORE_URL } from './store/open.js';

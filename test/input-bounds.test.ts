@@ -154,13 +154,16 @@ describe('reckon serve refuses a body that is not an object', () => {
       });
       child.once('exit', (code) => rej(new Error(`exited ${code}: ${err}`)));
     });
-    for (const body of ['null', '[]', '42', '"x"']) {
-      const res = await fetch(`${url}/api/review/some-id/resolve`, {
+    const routes = ['/api/review/some-id/resolve', '/api/approvals/some-id'];
+    for (const [route, body] of routes.flatMap((r) =>
+      ['null', '[]', '42', '"x"'].map((b) => [r, b]),
+    )) {
+      const res = await fetch(`${url}${route}`, {
         method: 'POST',
         headers: { authorization: 'Bearer t0k', 'content-type': 'application/json' },
         body,
       });
-      expect(res.status, body).toBe(400);
+      expect(res.status, `${route} ${body}`).toBe(400);
       const { error } = (await res.json()) as { error: { code: string; message: string } };
       expect(error.code).toBe('INVALID_BODY');
       expect(error.message).toContain('JSON object');

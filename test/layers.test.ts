@@ -1,6 +1,7 @@
 /**
  * Dependencies point one way (docs/design.md, "Architecture"): a module of src/ imports only
- * its own folder and the layers below it. src/index.ts, the package's entry, counts as the
+ * its own folder and the layers below it; the runtime reaches the stores through the Store
+ * interface only, and core does no I/O. src/index.ts, the package's entry, counts as the
  * highest layer it imports. `npm run check:deps` runs this file alone.
  */
 import { readdirSync, readFileSync } from 'node:fs';
@@ -62,6 +63,30 @@ describe('layers', () => {
       }
     }
     expect(upward).toEqual([]);
+  });
+
+  it('the runtime knows the Store interface, never a concrete store', () => {
+    const concrete = [...imports]
+      .filter(([file]) => layerOf(file) === 'runtime')
+      .flatMap(([file, targets]) =>
+        targets
+          .filter((t) => /^store[/\\](sqlite|postgres)[/\\]|^store[/\\]open\.ts$/.test(t))
+          .map((t) => `src/${file} imports src/${t}`),
+      );
+    expect(concrete).toEqual([]);
+  });
+
+  it('core does no I/O: no file, network, process or database module', () => {
+    const io =
+      /^(node:)?(fs|fs\/promises|net|dgram|http|https|http2|child_process|worker_threads)$|^(pg|better-sqlite3)$/;
+    const found = files
+      .filter((f) => layerOf(f) === 'core')
+      .flatMap((f) =>
+        [...readFileSync(join(SRC, f), 'utf8').matchAll(/\bfrom\s+'([^'.][^']*)'/g)]
+          .filter((m) => io.test(m[1]!))
+          .map((m) => `src/${f} imports ${m[1]}`),
+      );
+    expect(found).toEqual([]);
   });
 
   it('the entry exports no command-line code', () => {

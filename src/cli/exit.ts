@@ -4,6 +4,7 @@
  *   0   done; also `work` after a graceful stop
  *   1   reckon refused or failed the request (a ReckonError: its `code` says which)
  *   2   a check failed: `status` found the store unhealthy, `demo` or `chaos` saw a violation
+ *   3 / 4 / 5  `call`: the job FAILED / was CANCELLED / has no outcome yet (OUTCOME_PENDING)
  *   64  the command line is wrong (unknown option, missing argument, bad value), as sysexits
  *   70  internal error: a bug in reckon (printed with its stack)
  *   130 / 143  `work` got a second SIGINT / SIGTERM and exited at once
@@ -18,6 +19,9 @@ export const EXIT = {
   ok: 0,
   error: 1,
   unhealthy: 2,
+  callFailed: 3,
+  callCancelled: 4,
+  callPending: 5,
   usage: 64,
   internal: 70,
 } as const;
@@ -35,6 +39,7 @@ Exit codes:
   0    done
   1    reckon refused or failed the request (the error's code says why)
   2    a check failed (status: unhealthy; demo, chaos: duplicates or lost jobs)
+  3    call: the job FAILED (4: CANCELLED; 5: no outcome yet, OUTCOME_PENDING)
   64   usage error: unknown option, missing argument, bad value
   70   internal error (a bug; reported with a stack trace)
   130  work: second Ctrl-C, exited without waiting (143 for SIGTERM)

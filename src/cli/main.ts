@@ -5,11 +5,14 @@
  */
 import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
+import { registerCall } from './commands/call.js';
+import { registerApprovals } from './commands/approvals.js';
 import { registerChaos } from './commands/chaos.js';
 import { registerDemo } from './commands/demo.js';
 import { registerEnqueue } from './commands/enqueue.js';
 import { registerInit } from './commands/init.js';
 import { registerJobs } from './commands/jobs.js';
+import { registerMcp } from './commands/mcp.js';
 import { registerReview } from './commands/review.js';
 import { registerServe } from './commands/serve.js';
 import { registerStatus } from './commands/status.js';
@@ -48,11 +51,14 @@ export function buildProgram(): Command {
   // Subcommands made by .command() inherit exitOverride and the output settings above.
   registerInit(program);
   registerEnqueue(program);
+  registerCall(program);
   registerWork(program);
   registerJobs(program);
   registerReview(program);
+  registerApprovals(program);
   registerStatus(program);
   registerServe(program);
+  registerMcp(program);
   registerDemo(program);
   registerChaos(program);
   for (const leaf of leaves(program)) leaf.addHelpText('after', `\n${EXIT_SHORT_HELP}`);

@@ -114,6 +114,88 @@ export class JobStateConflict extends ReckonError {
   }
 }
 
+/** What a pending outcome's evidence holds: the latest attempt and the events that explain it. */
+export interface OutcomeEvidence {
+  /** The job's latest attempt, or null when it has none (never claimed, or awaiting approval). */
+  attempt: {
+    attemptNo: number;
+    state: string;
+    reason: string | null;
+    /** When the request was marked as sent (ms since the epoch), or null: nothing left. */
+    dispatchedAt: number | null;
+    resolution: string | null;
+  } | null;
+  /** The job's last events, oldest first. */
+  events: {
+    kind: string;
+    fromState: string | null;
+    toState: string | null;
+    actor: string;
+    detail: unknown;
+    at: number;
+  }[];
+}
+
+/** What each pending state means for the caller (an agent, or the person behind it). */
+const PENDING_MEANING: Record<string, string> = {
+  QUEUED: 'it has not started: nothing was sent yet, and it will run when a worker takes it',
+  LEASED: 'a worker is running it now: the request may be in flight. Do not retry with another key',
+  UNKNOWN:
+    'the request may have reached the downstream (the email may have been sent, the card charged); ' +
+    'reckon is reconciling it. Do not retry: that could do it twice',
+  NEEDS_REVIEW:
+    'the request may have reached the downstream and only a person can tell: a person is ' +
+    'reviewing it. Do not retry: that could do it twice',
+  AWAITING_APPROVAL:
+    'it waits for a person to approve it: nothing was sent yet. Do not retry; it runs once approved',
+};
+
+/**
+ * A wait (`q.call`, `q.waitFor`) ended before the job reached an outcome: never a guess. The
+ * job keeps going; wait again with the same key or job id to learn how it ends.
+ */
+export class OutcomePending extends ReckonError {
+  readonly jobId: string;
+  readonly state: string;
+  readonly evidence: OutcomeEvidence;
+  /** Why the wait ended: its time ran out, or the caller's signal aborted it. */
+  readonly reason: 'timeout' | 'aborted';
+  constructor(p: {
+    jobId: string;
+    state: string;
+    evidence: OutcomeEvidence;
+    reason: 'timeout' | 'aborted';
+    cause?: unknown;
+  }) {
+    const ended = p.reason === 'timeout' ? 'the wait timed out' : 'the wait was aborted';
+    const meaning = PENDING_MEANING[p.state] ?? 'its outcome is not known yet';
+    super(
+      'OUTCOME_PENDING',
+      `job ${p.jobId} is ${p.state} (${ended}): ${meaning}. ` +
+        `Wait again with the same key or job id to learn its outcome.`,
+      p.cause === undefined ? undefined : { cause: p.cause },
+    );
+    this.jobId = p.jobId;
+    this.state = p.state;
+    this.evidence = p.evidence;
+    this.reason = p.reason;
+  }
+}
+
+/** The queue was closed while a wait (`q.call`, `q.waitFor`) was outstanding. */
+export class QueueClosed extends ReckonError {
+  readonly jobId: string | undefined;
+  constructor(jobId?: string) {
+    super(
+      'QUEUE_CLOSED',
+      jobId === undefined
+        ? 'this queue is closed'
+        : `the queue was closed while waiting for job ${jobId}; the job itself goes on`,
+    );
+    this.jobId = jobId;
+  }
+}
+
 export class StoreError extends ReckonError {}
 
 export class StoreCorrupt extends StoreError {

@@ -1,6 +1,7 @@
 /**
  * Operations are the user's code: one side effect each (DESIGN §4).
  */
+import type { ZodType } from 'zod';
 import { InvalidInput } from './errors.js';
 import { normalizeRetry, type RetryPolicy } from './retry.js';
 
@@ -66,6 +67,15 @@ export const DEFAULT_RECONCILE: ReconcilePolicy = {
 export interface OperationSpec<I, R> {
   /** Unique, e.g. `payments.charge`. Letters, digits, `.`, `_`, `-`, `:`, `/`. */
   name: string;
+  /**
+   * The input as a zod 4 schema: enqueue parses with it (a typed `InvalidInput` naming the field)
+   * and agent tools get its JSON Schema. `validate`, if given too, runs after it.
+   */
+  input?: ZodType<I>;
+  /** What the operation does, for people and models (agent tools use it as their description). */
+  description?: string;
+  /** Its side effect cannot be undone (an email, a charge). Default true; tools pass it on as a hint. */
+  destructive?: boolean;
   /** Checks and narrows the input at enqueue (for example a zod schema's `parse`). A throw rejects the enqueue. */
   validate?: (input: unknown) => I;
   /** The parts of the input that identify the request; canonical JSON, SHA-256. Default: the whole input. */
@@ -81,6 +91,17 @@ export interface OperationSpec<I, R> {
   /** Longest an attempt may run; after it the signal aborts and an attempt in flight is UNKNOWN. */
   timeoutMs?: number;
   reconcile?: Partial<ReconcilePolicy>;
+  /**
+   * A person must approve each job before any worker may claim it (it waits AWAITING_APPROVAL):
+   * `true`, or a function of the validated input returning `false` (no approval needed), `true`,
+   * or the reason shown to the approver. A throw rejects the enqueue.
+   */
+  approval?: boolean | ((input: I) => boolean | string);
+  /**
+   * How long a job waits for the decision before it is CANCELLED as expired. `null` or 0: it
+   * waits until someone decides. Default `DEFAULT_APPROVAL_TIMEOUT_MS` (24 hours).
+   */
+  approvalTimeoutMs?: number | null;
 }
 
 export interface Operation<I = unknown, R = unknown> {
@@ -90,13 +111,22 @@ export interface Operation<I = unknown, R = unknown> {
   readonly timeoutMs: number;
   readonly reconcile: ReconcilePolicy;
   readonly idempotentWithKey: boolean;
+  /** Checks the input at enqueue: the `input` schema, then `validate`. */
+  readonly parseInput: ((input: unknown) => I) | undefined;
   /** Which path reconciles an UNKNOWN attempt of this operation (DESIGN §4). */
   readonly recovery: 'lookup' | 'same-key' | 'review';
+  /** Jobs that need approval time out after this long (null: never). */
+  readonly approvalTimeoutMs: number | null;
   /** Brand, so a module's exports can be scanned for operations. */
   readonly __reckonOperation: true;
 }
 
 export const DEFAULT_TIMEOUT_MS = 30_000;
+/** A day: long enough for a person to see the request, short enough that a stale one ends. */
+export const DEFAULT_APPROVAL_TIMEOUT_MS = 24 * 3600_000;
+const APPROVAL_TIMEOUT_MAX_MS = 366 * 24 * 3600_000;
+/** Longest reason an approval function may return (it is stored with the job). */
+export const APPROVAL_REASON_LENGTH_MAX = 2_000;
 const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$/;
 
 export function defineOperation<I, R>(spec: OperationSpec<I, R>): Operation<I, R> {
@@ -126,7 +156,10 @@ export function defineOperation<I, R>(spec: OperationSpec<I, R>): Operation<I, R
       `${where}: reconcile needs graceMs >= 0, maxLookups >= 1, lookupBackoffMs >= 0`,
     );
   }
+  if (spec.input !== undefined && typeof spec.input?.safeParse !== 'function')
+    throw new InvalidInput(`${where}: input must be a zod schema (z.object({ … }))`);
   const idempotentWithKey = spec.idempotentWithKey ?? false;
+  const approvalTimeoutMs = approvalTimeoutOf(spec, where);
   return Object.freeze({
     name: spec.name,
     spec,
@@ -134,9 +167,76 @@ export function defineOperation<I, R>(spec: OperationSpec<I, R>): Operation<I, R
     timeoutMs,
     reconcile,
     idempotentWithKey,
+    parseInput: inputParser(spec),
     recovery: spec.lookup ? 'lookup' : idempotentWithKey ? 'same-key' : 'review',
+    approvalTimeoutMs,
     __reckonOperation: true,
   } as const);
+}
+
+function inputParser<I>(spec: OperationSpec<I, unknown>): ((input: unknown) => I) | undefined {
+  const { input: schema, validate } = spec;
+  if (!schema) return validate;
+  return (input) => {
+    const parsed = schema.safeParse(input);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0]!;
+      const field = issue.path.map(String).join('.');
+      throw new InvalidInput(
+        field ? `${field}: ${issue.message}` : issue.message,
+        ['$', ...issue.path.map(String)].join('.'),
+      );
+    }
+    return validate ? validate(parsed.data) : parsed.data;
+  };
+}
+
+function approvalTimeoutOf(
+  spec: Pick<OperationSpec<unknown, unknown>, 'approvalTimeoutMs'> & { approval?: unknown },
+  where: string,
+): number | null {
+  const a = spec.approval;
+  if (a !== undefined && typeof a !== 'boolean' && typeof a !== 'function')
+    throw new InvalidInput(`${where}: approval must be true, false or a function of the input`);
+  const t = spec.approvalTimeoutMs;
+  if (t === undefined) return DEFAULT_APPROVAL_TIMEOUT_MS;
+  if (t !== null && (!Number.isInteger(t) || t < 0 || t > APPROVAL_TIMEOUT_MAX_MS))
+    throw new InvalidInput(
+      `${where}: approvalTimeoutMs must be null or an integer from 0 (never) to ${APPROVAL_TIMEOUT_MAX_MS}`,
+    );
+  if (a === undefined || a === false)
+    throw new InvalidInput(`${where}: approvalTimeoutMs is set but approval is not`);
+  return t === null || t === 0 ? null : t;
+}
+
+/**
+ * Whether a job of `op` with this (validated) input needs approval: null when not, else the
+ * reason shown to the approver (null: none given). A throw, or an answer that is not a boolean
+ * or a string, is an InvalidInput naming the operation.
+ */
+export function approvalOf(op: Operation, input: unknown): { reason: string | null } | null {
+  const a = op.spec.approval as boolean | ((input: unknown) => unknown) | undefined;
+  if (a === undefined || a === false) return null;
+  if (a === true) return { reason: null };
+  let answer: unknown;
+  try {
+    answer = a(input);
+  } catch (err) {
+    throw new InvalidInput(
+      `operation ${op.name}: approval threw: ${err instanceof Error ? err.message : String(err)}`,
+    );
+  }
+  if (answer === false) return null;
+  if (answer === true) return { reason: null };
+  if (typeof answer !== 'string')
+    throw new InvalidInput(
+      `operation ${op.name}: approval must return a boolean or a reason (string), got ${typeof answer}`,
+    );
+  if (answer.length > APPROVAL_REASON_LENGTH_MAX)
+    throw new InvalidInput(
+      `operation ${op.name}: approval reason is ${answer.length} characters, over ${APPROVAL_REASON_LENGTH_MAX}`,
+    );
+  return { reason: answer };
 }
 
 export function isOperation(value: unknown): value is Operation {

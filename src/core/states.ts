@@ -5,6 +5,7 @@
 import { IllegalTransition } from './errors.js';
 
 export const JOB_STATES = [
+  'AWAITING_APPROVAL',
   'QUEUED',
   'LEASED',
   'UNKNOWN',
@@ -31,6 +32,8 @@ export type Resolution = (typeof RESOLUTIONS)[number];
 export const TERMINAL_JOB_STATES: readonly JobState[] = ['SUCCEEDED', 'FAILED', 'CANCELLED'];
 
 const JOB_TRANSITIONS: Readonly<Record<JobState, readonly JobState[]>> = {
+  // a person's decision before any attempt: approved, or denied / timed out
+  AWAITING_APPROVAL: ['QUEUED', 'CANCELLED'],
   // claimed by a worker, or cancelled before any attempt
   QUEUED: ['LEASED', 'CANCELLED'],
   // the attempt's outcome (or its expiry) decides; cancel only before dispatch

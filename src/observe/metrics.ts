@@ -6,7 +6,7 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { JOB_STATES } from '../core/states.js';
 import type { RuntimeObserver } from '../runtime/observer.js';
-import type { Store, StoreStats } from '../store/store.js';
+import type { ApprovalStats, Store, StoreStats } from '../store/store.js';
 
 /** Seconds: from a fast loopback call to a day-long backlog. */
 const AGE_BUCKETS = [0.005, 0.025, 0.1, 0.5, 1, 5, 15, 60, 300, 1800, 3600, 21600, 86400];
@@ -26,6 +26,7 @@ export class Metrics {
   readonly registry = new Registry();
   readonly observer: RuntimeObserver;
   private snapshot: StoreStats | null = null;
+  private approvals: ApprovalStats | null = null;
   private store: Store | undefined;
 
   constructor(options: MetricsOptions = {}) {
@@ -109,7 +110,14 @@ export class Metrics {
       registers: [r],
     });
 
+    const callWaiters = new Gauge({
+      name: 'reckon_call_waiters',
+      help: 'Outstanding q.call / q.waitFor waits of this process (callers waiting for an outcome).',
+      registers: [r],
+    });
+
     this.observer = {
+      callWaiters: (delta) => callWaiters.inc(delta),
       enqueued: (e) =>
         e.created
           ? enqueued.inc({ operation: e.operation, queue: e.queue })
@@ -200,6 +208,7 @@ export class Metrics {
         for (const o of s?.byOperation ?? []) this.set({ operation: o.operation }, o.needsReview);
       },
     });
+    this.approvalGauges();
     new Gauge({
       name: 'reckon_expired_leases',
       help: 'Attempts whose lease has expired but that are not yet reclaimed.',
@@ -211,6 +220,34 @@ export class Metrics {
     });
   }
 
+  /** AWAITING_APPROVAL by operation: how many, and how long the oldest has waited. */
+  private approvalGauges(): void {
+    const approvals = { get: () => this.approvals };
+    new Gauge({
+      name: 'reckon_awaiting_approval_jobs',
+      help: 'Jobs now AWAITING_APPROVAL (a person must allow them before any worker may run them), by operation.',
+      labelNames: ['operation'],
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const o of approvals.get()?.byOperation ?? [])
+          this.set({ operation: o.operation }, o.awaiting);
+      },
+    });
+    new Gauge({
+      name: 'reckon_awaiting_approval_oldest_age_seconds',
+      help: 'How long the oldest AWAITING_APPROVAL job has waited, by operation.',
+      labelNames: ['operation'],
+      registers: [this.registry],
+      collect() {
+        const a = approvals.get();
+        this.reset();
+        for (const o of a?.byOperation ?? [])
+          this.set({ operation: o.operation }, Math.max(0, (a!.now - o.oldestAt) / 1000));
+      },
+    });
+  }
+
   /** Reads the store-wide gauges from this store from now on. */
   attachStore(store: Store): void {
     this.store = store;
@@ -218,7 +255,9 @@ export class Metrics {
 
   /** The exposition in Prometheus text format. */
   async text(): Promise<string> {
-    this.snapshot = this.store ? await this.store.statsGet() : null;
+    [this.snapshot, this.approvals] = this.store
+      ? await Promise.all([this.store.statsGet(), this.store.jobApprovalStats()])
+      : [null, null];
     return this.registry.metrics();
   }
 

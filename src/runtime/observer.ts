@@ -40,6 +40,8 @@ export interface RuntimeObserver {
    * store (`Store.onCommit`): which kind of write, how many calls it answered, how long it took.
    */
   storeCommit?(e: { store: string; write: string; callers: number; ms: number }): void;
+  /** Optional: outstanding `call`/`waitFor` waits of this queue went up (+1) or down (-1). */
+  callWaiters?(delta: 1 | -1): void;
 }
 
 export const noopObserver: RuntimeObserver = {

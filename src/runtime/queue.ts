@@ -12,16 +12,30 @@ import {
   safeMessage,
 } from '../core/errors.js';
 import { encodePayload, fingerprintOf, sha256Hex, type Json } from '../core/json.js';
-import { isOperation, type Logger, type Operation, type AnyOperation } from '../core/operation.js';
+import {
+  approvalOf,
+  isOperation,
+  type Logger,
+  type Operation,
+  type AnyOperation,
+} from '../core/operation.js';
 import type { JobState } from '../core/states.js';
 import { isJobState } from '../core/states.js';
 import type { JobDetail, JobInsert, JobInsertResult, JobRecord, Store } from '../store/store.js';
+import { Approvals } from './approvals.js';
 import { noopObserver, safeLogger, silentLogger, type RuntimeObserver } from './observer.js';
 import { Faults } from './faults.js';
 import { Reclaimer } from './reclaimer.js';
 import { Review } from './review.js';
 import { LIMITS } from './settings.js';
 import { Worker, type WorkerOptions } from './worker.js';
+import {
+  OutcomeWaiters,
+  outcomeOf,
+  waitOptions,
+  type CallOutcome,
+  type WaitOptions,
+} from './outcomes.js';
 
 export interface QueueOptions {
   /** Operations known by name, for `enqueue('name', …)` and the CLI. */
@@ -34,6 +48,8 @@ export interface QueueOptions {
   faults?: Faults;
   /** Receives what the runtime does, for metrics (see `Metrics` in reckon's observe module). */
   observer?: RuntimeObserver;
+  /** How often `call`/`waitFor` waiters poll the store besides its notifications (ms). Default 1000. */
+  outcomePollMs?: number;
 }
 
 export interface EnqueueOptions {
@@ -57,6 +73,9 @@ export interface EnqueueOptions {
   transaction?: unknown;
 }
 
+/** `q.call`'s options: where the job goes (as for enqueue) and how long to wait for its outcome. */
+export type CallOptions = Omit<EnqueueOptions, 'transaction'> & WaitOptions;
+
 /** What enqueue returns: the job as stored, and whether this call created it. */
 export type EnqueuedJob = JobRecord & { deduplicated: boolean };
 
@@ -73,6 +92,8 @@ const QUEUE_RE = /^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$/;
 export class Queue {
   readonly store: Store;
   readonly review: Review;
+  /** Jobs of operations defined with `approval`: list them, approve or deny. */
+  readonly approvals: Approvals;
   readonly log: Logger;
   readonly faults: Faults;
   readonly observer: RuntimeObserver;
@@ -85,6 +106,7 @@ export class Queue {
   private readonly workers = new Set<Worker>();
   private closed = false;
   private stopObservingCommits: (() => void) | undefined;
+  private readonly outcomes: OutcomeWaiters;
 
   constructor(store: Store, options: QueueOptions = {}) {
     this.store = store;
@@ -98,6 +120,17 @@ export class Queue {
       throw new InvalidInput('payloadBytesMax must be a positive integer (bytes)');
     for (const op of options.operations ?? []) this.register(op);
     this.review = new Review(this);
+    const pollMs = options.outcomePollMs;
+    if (pollMs !== undefined && (!Number.isInteger(pollMs) || pollMs < 1 || pollMs > 3_600_000))
+      throw new InvalidInput('outcomePollMs must be an integer from 1 to 3600000 (ms)');
+    this.outcomes = new OutcomeWaiters(store, {
+      log: this.log,
+      ...(pollMs !== undefined ? { pollMs } : {}),
+      ...(this.observer.callWaiters
+        ? { onCount: this.observer.callWaiters.bind(this.observer) }
+        : {}),
+    });
+    this.approvals = new Approvals(this);
     this.notifier.setMaxListeners(0);
     const storeCommit = this.observer.storeCommit?.bind(this.observer);
     if (storeCommit && store.onCommit)
@@ -217,6 +250,7 @@ export class Queue {
     if (this.workers.size === 0 || !this.store.capabilities.handOff) return undefined;
     let offers: { worker: Worker; index: number; sentAt: number }[] | undefined;
     inserts.forEach((j, index) => {
+      if (j.approval) return;
       for (const worker of this.workers) {
         const lease = worker.handOffOffer(j.queue, j.operation);
         if (!lease) continue;
@@ -253,10 +287,13 @@ export class Queue {
     if (typeof item !== 'object' || item === null)
       throw new InvalidInput(`${what}: each item is { input, key?, … }`);
     let input: unknown = item.input;
-    if (op.spec.validate) {
+    if (op.parseInput) {
       try {
-        input = op.spec.validate(input);
+        input = op.parseInput(input);
       } catch (err) {
+        // The input schema's error names the field: kept, with where it was.
+        if (err instanceof InvalidInput && op.spec.input)
+          throw new InvalidInput(`${what} rejected by ${op.name}: ${err.message}`, err.path);
         throw new InvalidInput(
           `${what} rejected by ${op.name}.validate: ${err instanceof Error ? err.message : String(err)}`,
         );
@@ -268,6 +305,7 @@ export class Queue {
     const fingerprint = op.spec.fingerprint
       ? this.userFingerprint(op, inputJson, what)
       : sha256Hex(inputJson);
+    const approval = approvalOf(op, input);
     const id = uuidv7();
     const requestKey = this.requestKeyOf(item, id, what);
     const queue = item.queue ?? 'default';
@@ -304,6 +342,7 @@ export class Queue {
       maxAttempts: op.retry.maxAttempts,
       backoff: op.retry.backoff,
       timeoutMs: op.timeoutMs,
+      ...(approval ? { approval: { ...approval, expiresInMs: op.approvalTimeoutMs } } : {}),
     };
   }
 
@@ -353,6 +392,40 @@ export class Queue {
       throw new InvalidInput(`${what}: ${name} contains control characters`);
   }
 
+  /**
+   * Enqueues the job, or attaches to the job its request key already names (same operation and
+   * fingerprint; another is `RequestKeyConflict`), and waits for its outcome, as seen from any
+   * process. Rejects with `OutcomePending` when the wait ends before an outcome (the job goes on).
+   */
+  async call<I, O>(
+    op: Operation<I, O> | string,
+    input: I,
+    options: CallOptions = {},
+  ): Promise<CallOutcome<O>> {
+    this.assertOpen();
+    const timeoutMs = waitOptions(options, 'call');
+    const { timeoutMs: _t, signal, ...enqueue } = options;
+    if ((enqueue as EnqueueOptions).transaction !== undefined)
+      throw new InvalidInput(
+        'call: a transaction is not supported (the job must commit before the wait)',
+      );
+    // An aborted caller starts nothing.
+    signal?.throwIfAborted();
+    const job = await this.enqueue(op, input, enqueue);
+    const known = outcomeOf(job);
+    if (known) return known as CallOutcome<O>;
+    return (await this.outcomes.wait(job.id, timeoutMs, signal)) as CallOutcome<O>;
+  }
+
+  /** Waits for a known job's outcome, as `call` does (`JobNotFound` for an id that does not exist). */
+  async waitFor<O = Json>(jobId: string, options: WaitOptions = {}): Promise<CallOutcome<O>> {
+    this.assertOpen();
+    if (typeof jobId !== 'string' || jobId.length === 0)
+      throw new InvalidInput('waitFor: job id must be a non-empty string');
+    const timeoutMs = waitOptions(options, 'waitFor');
+    return (await this.outcomes.wait(jobId, timeoutMs, options?.signal)) as CallOutcome<O>;
+  }
+
   /** The job with its attempts and events, or null. */
   async job(id: string): Promise<JobDetail | null> {
     this.assertOpen();
@@ -392,6 +465,9 @@ export class Queue {
       reason: options.reason ?? 'cancelled',
     });
     if (!r) throw new JobNotFound(id);
+    // Awaiting approval: cancelled the way a denial is, by a write conditional on that state.
+    if (!r.cancelled && r.job.state === 'AWAITING_APPROVAL')
+      return this.approvals.cancel(id, options.actor ?? this.actor, options.reason ?? 'cancelled');
     if (!r.cancelled)
       throw new JobStateConflict(`job ${id} cannot be cancelled: ${r.why}`, r.job.state);
     this.log.info(
@@ -433,6 +509,7 @@ export class Queue {
     if (this.closed) return;
     await Promise.all([...this.workers].map((w) => w.stop()));
     this.closed = true;
+    await this.outcomes.close();
     this.stopObservingCommits?.();
     await this.store.close();
   }

@@ -44,6 +44,8 @@ export interface WorkerHost {
   readonly notifier: EventEmitter;
   /** The queue's registered operation of this name (for the reclaimer). */
   operation(name: string): AnyOperation | undefined;
+  /** Ends approvals past their deadline (the worker's recovery loops run it). */
+  readonly approvals: { expireOnce(actor: string): Promise<unknown> };
 }
 
 export class Worker extends EventEmitter implements AttemptHost {
@@ -204,6 +206,8 @@ export class Worker extends EventEmitter implements AttemptHost {
       this.loops.push(
         this.loop('reconcile', () => this.reconciler.runOnce(), this.settings.reconcileIntervalMs),
       );
+      const expire = () => this.queue.approvals.expireOnce(`approvals:${this.ownerId}`);
+      this.loops.push(this.loop('approvals', expire, this.settings.reclaimIntervalMs));
     }
   }
 

@@ -7,14 +7,14 @@ import { timingSafeEqual } from 'node:crypto';
 import { InvalidInput, JobNotFound, ReckonError } from '../core/errors.js';
 import { isJobState } from '../core/states.js';
 import type { Queue } from '../runtime/queue.js';
-import type { StoreStats } from '../store/store.js';
+import type { ApprovalStats, StoreStats } from '../store/store.js';
 import type { RouteHandler } from './metrics-server.js';
 import { DASHBOARD_HTML } from './dashboard.js';
 
 export interface ApiOptions {
   queue: Queue;
   /** Health of the store, with the thresholds the server was started with. */
-  health: (stats: StoreStats) => { healthy: boolean; checks: unknown[] };
+  health: (stats: StoreStats, approvals?: ApprovalStats) => { healthy: boolean; checks: unknown[] };
   /** Bearer token for write routes (and for every /api route and /metrics when `protectReads`). No token: writes refused. */
   token?: string;
   protectReads?: boolean;
@@ -46,8 +46,16 @@ export function apiRoutes(options: ApiOptions): RouteHandler {
       if (write || options.protectReads) authorize(req, options.token, write);
       const parts = url.pathname.split('/').filter(Boolean).slice(1).map(decodeURIComponent);
       if (!write && parts[0] === 'status' && parts.length === 1) {
-        const stats = await queue.store.statsGet();
-        return send(res, 200, { store: queue.store.location, ...options.health(stats), ...stats });
+        const [stats, approvals] = await Promise.all([
+          queue.store.statsGet(),
+          queue.store.jobApprovalStats(),
+        ]);
+        return send(res, 200, {
+          store: queue.store.location,
+          ...options.health(stats, approvals),
+          ...stats,
+          approvals: approvals.byOperation,
+        });
       }
       if (!write && parts[0] === 'jobs' && parts.length === 1) {
         const state = url.searchParams.getAll('state');
@@ -87,6 +95,10 @@ export function apiRoutes(options: ApiOptions): RouteHandler {
         });
         return send(res, 200, { job });
       }
+      if (parts[0] === 'approvals') {
+        const handled = await approvalRoutes(queue, req, res, url, parts);
+        if (handled) return true;
+      }
       return send(res, 404, {
         error: { code: 'NOT_FOUND', message: `no route ${req.method ?? ''} ${url.pathname}` },
       });
@@ -102,6 +114,32 @@ export function apiRoutes(options: ApiOptions): RouteHandler {
       throw err;
     }
   };
+}
+
+/** GET /api/approvals (?operation, ?limit) and POST /api/approvals/<id> { approve, actor, note }. */
+async function approvalRoutes(
+  queue: Queue,
+  req: IncomingMessage,
+  res: ServerResponse,
+  url: URL,
+  parts: string[],
+): Promise<boolean> {
+  if (req.method === 'GET' && parts.length === 1) {
+    const operation = url.searchParams.get('operation');
+    const limit = url.searchParams.has('limit') ? Number(url.searchParams.get('limit')) : 100;
+    const jobs = await queue.approvals.list({ ...(operation ? { operation } : {}), limit });
+    return send(res, 200, { jobs });
+  }
+  if (req.method === 'POST' && parts.length === 2) {
+    const body = await readJsonObject(req);
+    const job = await queue.approvals.decide(parts[1]!, {
+      approve: body?.approve as boolean,
+      actor: typeof body?.actor === 'string' ? body.actor : '',
+      ...(typeof body?.note === 'string' ? { note: body.note } : {}),
+    });
+    return send(res, 200, { job });
+  }
+  return false;
 }
 
 class HttpError extends Error {
@@ -148,7 +186,7 @@ async function readJsonObject(req: IncomingMessage): Promise<Record<string, unkn
     throw new HttpError(
       400,
       'INVALID_BODY',
-      `the request body must be a JSON object such as {"as":"succeeded","actor":"ana"}, got ${body === null ? 'null' : Array.isArray(body) ? 'an array' : typeof body}`,
+      `the request body must be a JSON object (the decision and its actor), got ${body === null ? 'null' : Array.isArray(body) ? 'an array' : typeof body}`,
     );
   return body as Record<string, unknown>;
 }

@@ -34,6 +34,9 @@ export interface JobRow {
   lookup_failures: number;
   result_json: string | null;
   error_json: string | null;
+  /** Absent from the rows of statements that do not select them (read as null). */
+  approval_reason?: string | null;
+  approval_expires_at?: MaybeTime;
 }
 
 export interface AttemptRow {
@@ -109,6 +112,8 @@ export function jobFromRow(r: JobRow): JobRecord {
     lookupFailures: Number(r.lookup_failures),
     result: parseJson<Json>(r.result_json),
     error: parseJson<ErrorInfo>(r.error_json),
+    approvalReason: r.approval_reason ?? null,
+    approvalExpiresAt: toMsOrNull(r.approval_expires_at ?? null),
   };
 }
 
@@ -183,8 +188,8 @@ export function newLeasedAttempt(
 }
 
 /**
- * The job an enqueue has just inserted for `j` at `now` (the store's clock, epoch ms): QUEUED,
- * due at `j.runAt`, or `j.delayMs` after now, exactly as both stores' insert computes `run_at`.
+ * The job an enqueue has just inserted for `j` at `now` (the store's clock, epoch ms): QUEUED
+ * (AWAITING_APPROVAL with `j.approval`, expiring `expiresInMs` after now), due at `j.runAt`, or `j.delayMs` after now, exactly as both stores' insert computes `run_at`.
  * Equal to what reading the new row back gives (`jobFromRow`), so neither store has to.
  * `backoffJson` is `j.backoff` as written, when the caller has already serialized it.
  */
@@ -198,7 +203,7 @@ export function newQueuedJob(j: JobInsert, now: number, backoffJson?: string): J
     fingerprint: j.fingerprint,
     runId: j.runId,
     stepId: j.stepId,
-    state: 'QUEUED',
+    state: j.approval ? 'AWAITING_APPROVAL' : 'QUEUED',
     priority: j.priority,
     runAt: j.runAt ?? now + j.delayMs,
     createdAt: now,
@@ -212,7 +217,22 @@ export function newQueuedJob(j: JobInsert, now: number, backoffJson?: string): J
     lookupFailures: 0,
     result: null,
     error: null,
+    approvalReason: j.approval?.reason ?? null,
+    approvalExpiresAt: approvalExpiresAt(j, now),
   };
+}
+
+/** When a new job's approval expires (store clock, epoch ms), as both stores' insert computes it. */
+export function approvalExpiresAt(j: JobInsert, now: number): number | null {
+  const ms = j.approval?.expiresInMs;
+  return ms === undefined || ms === null ? null : now + ms;
+}
+
+/** The `enqueued` event's detail of a job written AWAITING_APPROVAL (JSON text). */
+export function approvalEventDetail(j: JobInsert, now: number): string {
+  return JSON.stringify({
+    approval: { reason: j.approval?.reason ?? null, expiresAt: approvalExpiresAt(j, now) },
+  });
 }
 
 /**

@@ -41,6 +41,10 @@ export interface JobRecord {
   lookupFailures: number;
   result: Json | null;
   error: ErrorInfo | null;
+  /** AWAITING_APPROVAL jobs: what the approver is shown (kept after the decision). */
+  approvalReason: string | null;
+  /** AWAITING_APPROVAL jobs: when the approval times out (null: never, or decided). */
+  approvalExpiresAt: number | null;
 }
 
 export interface AttemptRecord {
@@ -108,6 +112,8 @@ export interface JobInsert {
    * may ignore it; the result's `claimed` says whether it was taken.
    */
   leaseTo?: { ownerId: string; leaseMs: number };
+  /** Present: the job is written AWAITING_APPROVAL, and expires `expiresInMs` from now (null: never). */
+  approval?: { reason: string | null; expiresInMs: number | null };
 }
 
 export type JobInsertResult =
@@ -222,6 +228,52 @@ export interface StoreStats {
   expiredLeases: number;
 }
 
+/** A job's state as an outcome waiter reads it (`jobStateMany`): the result and error only when terminal. */
+export interface JobStateRow {
+  id: string;
+  state: JobState;
+  result: Json | null;
+  error: ErrorInfo | null;
+}
+
+/** What `jobChangeSubscribe` returns. */
+export interface JobChangeSubscription {
+  close(): Promise<void>;
+  /**
+   * Optional: `jobStateMany` on the subscription's own connection, which the hot path does not
+   * compete for (PostgreSQL: the LISTEN connection). Rejects when that connection is down.
+   */
+  jobStateMany?(p: { ids: string[] }): Promise<JobStateRow[]>;
+  /**
+   * Optional: says which jobs are waited for. A store that has it may notify only those (on
+   * PostgreSQL a NOTIFY costs every committing transaction a database-wide lock); call it before
+   * reading their states, so that no change falls in between. Best effort, like notifications.
+   */
+  watch?(p: { ids: string[] }): Promise<void>;
+}
+
+/** A decision on an AWAITING_APPROVAL job (the runtime checks the transition first). */
+export interface ApprovalDecide {
+  jobId: string;
+  to: 'QUEUED' | 'CANCELLED';
+  /** Event kind: `approved` or `denied`. */
+  kind: string;
+  actor: string;
+  detail: Record<string, unknown>;
+  /** CANCELLED: the decision, kept as the job's error. */
+  error: ErrorInfo | null;
+}
+
+/** The decision applied, or the job as it is when it was not AWAITING_APPROVAL (null: no such job). */
+export type ApprovalDecideResult =
+  { ok: true; job: JobRecord } | { ok: false; job: JobRecord | null };
+
+export interface ApprovalStats {
+  now: number;
+  /** AWAITING_APPROVAL jobs by operation, with the created_at of the oldest. */
+  byOperation: { operation: string; awaiting: number; oldestAt: number }[];
+}
+
 export interface StoreCapabilities {
   /** Whose clock judges leases. */
   readonly clock: 'host' | 'database';
@@ -307,6 +359,18 @@ export interface Store {
 
   eventAppendMany(p: { events: EventInsert[] }): Promise<void>;
 
+  /** AWAITING_APPROVAL jobs, oldest first. */
+  jobApprovalList(p: { operation?: string; limit: number }): Promise<JobRecord[]>;
+  /** Applies a decision only if the job is still AWAITING_APPROVAL (two deciders: one wins). */
+  jobApprovalDecide(p: ApprovalDecide): Promise<ApprovalDecideResult>;
+  /** Cancels up to `limit` AWAITING_APPROVAL jobs whose approval expired (store clock); returns them. */
+  jobApprovalExpireMany(p: {
+    limit: number;
+    actor: string;
+    error: ErrorInfo;
+  }): Promise<JobRecord[]>;
+  jobApprovalStats(): Promise<ApprovalStats>;
+
   /**
    * Optional (capabilities.crossProcessNotify): calls `onWork` soon after jobs become available
    * in one of `queues`, committed by any process, this one included (once: work this store
@@ -314,6 +378,23 @@ export interface Store {
    * effort: workers still poll, so a lost notification only costs latency.
    */
   workSubscribe?(p: { queues: string[]; onWork: () => void }): Promise<{ close(): Promise<void> }>;
+  /**
+   * Optional: the states of these jobs in one read (ids that do not exist are left out), for
+   * outcome waiters (`q.call`, `q.waitFor`); without it the queue reads each job.
+   */
+  jobStateMany?(p: { ids: string[] }): Promise<JobStateRow[]>;
+  /**
+   * Optional: calls `onChange` soon after jobs reach a terminal or waiting state (SUCCEEDED,
+   * FAILED, CANCELLED, UNKNOWN, NEEDS_REVIEW, AWAITING_APPROVAL), committed by any process (where
+   * the subscription has `watch`: the watched jobs, at least). An
+   * empty list means "jobs may have changed, which ones is not known" (e.g. after a reconnect):
+   * check every job you wait for. `states`: the committed states of some of those jobs, where
+   * the notification carried them (PostgreSQL, when they fit), so that no read is needed. Best
+   * effort: waiters still poll, so a lost notification only costs latency.
+   */
+  jobChangeSubscribe?(p: {
+    onChange: (jobIds: string[], states?: JobStateRow[]) => void;
+  }): Promise<JobChangeSubscription>;
   /**
    * Optional: `fn` hears of every successful commit of shared writes from now on (for metrics;
    * it must be quick and must not throw). Returns the function that stops it.

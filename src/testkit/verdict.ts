@@ -1,7 +1,8 @@
 /**
  * The verdict of a reliability run, judged by the business outcome at the downstream (DESIGN §7):
  * each effect at most once; exactly once for every SUCCEEDED job; none for a job that failed or
- * never dispatched; the rest in NEEDS_REVIEW with evidence; and nothing lost.
+ * never dispatched; the rest in NEEDS_REVIEW with evidence; no attempt and no effect for a job
+ * never approved (awaiting, denied or expired); and nothing lost.
  */
 import { JOB_STATES, type JobState } from '../core/states.js';
 import type { Queue } from '../runtime/queue.js';
@@ -26,6 +27,7 @@ export type ViolationKind =
   | 'effect-under-unknown-key'
   | 'broken-event-chain'
   | 'attempt-left-leased'
+  | 'unapproved-attempt'
   | 'lost';
 
 /** One broken promise, with the job and request key it concerns. */
@@ -60,7 +62,13 @@ export interface Verdict {
   retriedJobs: number;
 }
 
-const SETTLED: readonly JobState[] = ['SUCCEEDED', 'FAILED', 'CANCELLED', 'NEEDS_REVIEW'];
+const SETTLED: readonly JobState[] = [
+  'SUCCEEDED',
+  'FAILED',
+  'CANCELLED',
+  'NEEDS_REVIEW',
+  'AWAITING_APPROVAL',
+];
 
 /** Every job of the queue (up to 10 000), or the given ones, with attempts and events. */
 export async function jobDetails(q: Queue, jobIds?: string[]): Promise<JobDetail[]> {
@@ -135,6 +143,9 @@ export function judgeDetails(
       flag('succeeded-without-one-effect', `SUCCEEDED but the downstream has ${effects} effects`);
     if ((job.state === 'FAILED' || job.state === 'CANCELLED') && effects !== 0)
       flag('effect-after-failure', `${job.state} but the downstream committed the effect`);
+    const awaited = events.some((e) => e.kind === 'enqueued' && e.toState === 'AWAITING_APPROVAL');
+    if (awaited && !events.some((e) => e.kind === 'approved') && (attempts.length || effects))
+      flag('unapproved-attempt', 'never approved, yet it has an attempt or an effect');
     if (job.state === 'NEEDS_REVIEW') {
       const unknown = attempts.some((a) => a.state === 'UNKNOWN');
       const reviewEvent = events.some((e) => e.toState === 'NEEDS_REVIEW');

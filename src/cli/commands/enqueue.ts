@@ -13,7 +13,7 @@ import { formatTime, printJson, println } from '../output.js';
 import { intOption, timeOption } from '../parse.js';
 import { addJsonOption, addStoreOption, withQueue, type StoreFlags } from '../store-option.js';
 
-interface EnqueueFlags extends StoreFlags {
+export interface EnqueueFlags extends StoreFlags {
   operations: string;
   inputFile?: string;
   key?: string;
@@ -89,12 +89,17 @@ export function registerEnqueue(program: Command): void {
     process.stderr.write(
       job.deduplicated
         ? `deduplicated: request key ${JSON.stringify(job.requestKey)} already belongs to this job (state ${job.state})\n`
-        : `enqueued ${job.operation} on queue ${job.queue}, key ${JSON.stringify(job.requestKey)}, runs at ${formatTime(job.runAt)}\n`,
+        : job.state === 'AWAITING_APPROVAL'
+          ? `enqueued ${job.operation}, key ${JSON.stringify(job.requestKey)}: it awaits approval (reckon approvals approve|deny ${job.id} --actor <you>)\n`
+          : `enqueued ${job.operation} on queue ${job.queue}, key ${JSON.stringify(job.requestKey)}, runs at ${formatTime(job.runAt)}\n`,
     );
   });
 }
 
-async function readInputText(arg: string | undefined, file: string | undefined): Promise<string> {
+export async function readInputText(
+  arg: string | undefined,
+  file: string | undefined,
+): Promise<string> {
   if (arg !== undefined && file !== undefined)
     throw new UsageError('give the input either as an argument or with --input-file, not both');
   if (file !== undefined) {
@@ -147,7 +152,7 @@ async function readBounded(stream: Readable, what: string): Promise<string> {
   return Buffer.concat(chunks).toString('utf8');
 }
 
-function parseInput(text: string): unknown {
+export function parseInput(text: string): unknown {
   if (text.trim() === '') throw new InvalidInput('the input is empty; give a JSON value, e.g. {}');
   try {
     return JSON.parse(text) as unknown;
@@ -156,7 +161,7 @@ function parseInput(text: string): unknown {
   }
 }
 
-function enqueueOptions(flags: EnqueueFlags): EnqueueOptions {
+export function enqueueOptions(flags: EnqueueFlags): EnqueueOptions {
   const hasRun = flags.runId !== undefined || flags.stepId !== undefined;
   if (hasRun && (flags.runId === undefined || flags.stepId === undefined))
     throw new UsageError('--run-id and --step-id go together: the key is <run-id>:<step-id>');

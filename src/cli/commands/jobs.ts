@@ -164,6 +164,9 @@ function jobFields(j: JobRecord): [string, string | number][] {
   ];
   if (j.runId !== null) fields.splice(6, 0, ['run / step', `${j.runId} / ${j.stepId ?? '-'}`]);
   if (j.nextCheckAt !== null) fields.push(['next check', formatTime(j.nextCheckAt)]);
+  if (j.approvalReason !== null) fields.push(['approval reason', brief(j.approvalReason, 100)]);
+  if (j.approvalExpiresAt !== null)
+    fields.push(['approval expires', formatTime(j.approvalExpiresAt)]);
   return fields;
 }
 

@@ -4,7 +4,7 @@
  */
 import type { Command } from 'commander';
 import { Metrics } from '../../observe/metrics.js';
-import { apiRoutes } from '../../server/api.js';
+import { apiRoutes, type ApiOptions } from '../../server/api.js';
 import { parseAllowedHosts } from '../../server/host-check.js';
 import { startMetricsServer } from '../../server/metrics-server.js';
 import { intOption } from '../parse.js';
@@ -21,6 +21,7 @@ interface ServeFlags extends StoreFlags {
   maxUnknown?: number;
   maxReview?: number;
   maxExpiredLeases?: number;
+  maxApprovalAge?: number;
 }
 
 const INT_MAX = Number.MAX_SAFE_INTEGER;
@@ -32,8 +33,9 @@ export function registerServe(program: Command): void {
     .description(
       'Serves the store-wide view: GET /metrics (Prometheus: queue depth and age, UNKNOWN and ' +
         'NEEDS_REVIEW counts, expired leases, from the store, right across every worker), ' +
-        'GET /api/status, /api/jobs, /api/jobs/<id>, /api/review, a dashboard at /, and ' +
-        'GET /healthz. POST /api/review/<id>/resolve {as, actor, note} needs --token.\n\n' +
+        'GET /api/status, /api/jobs, /api/jobs/<id>, /api/review, /api/approvals, a dashboard ' +
+        'at /, and GET /healthz. POST /api/review/<id>/resolve {as, actor, note} and POST ' +
+        '/api/approvals/<id> {approve, actor, note} need --token.\n\n' +
         'Listens on 127.0.0.1 unless --host says otherwise: the journal holds inputs and results. ' +
         'Requests whose Host header names another server are refused (421), so that a web page ' +
         'cannot read the journal by DNS rebinding; name the host you serve under with --allowed-hosts.',
@@ -65,6 +67,11 @@ export function registerServe(program: Command): void {
       'health check: most expired, unreclaimed leases',
       intOption(0, INT_MAX),
     )
+    .option(
+      '--max-approval-age <ms>',
+      'health check: longest a job may await approval',
+      intOption(0, INT_MAX),
+    )
     .addHelpText(
       'after',
       '\nExample:\n  $ reckon serve --port 9464 --max-unknown 0 --max-review 5',
@@ -73,8 +80,8 @@ export function registerServe(program: Command): void {
   cmd.action(async (flags: ServeFlags) => {
     const q = await openCliQueue(flags.store, { mustExist: true });
     const metrics = new Metrics({ store: q.store });
-    const health = (stats: Parameters<typeof healthChecks>[0]) => {
-      const checks = healthChecks(stats, flags);
+    const health = (...[stats, approvals]: Parameters<ApiOptions['health']>) => {
+      const checks = healthChecks(stats, flags, approvals);
       return { healthy: checks.every((c) => c.ok), checks };
     };
     const endpoint = await startMetricsServer({

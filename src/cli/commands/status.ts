@@ -4,7 +4,7 @@
  */
 import type { Command } from 'commander';
 import { JOB_STATES } from '../../core/states.js';
-import type { StoreStats } from '../../store/store.js';
+import type { ApprovalStats, StoreStats } from '../../store/store.js';
 import { EXIT } from '../exit.js';
 import { formatDuration, formatTime, printJson, println, table } from '../output.js';
 import { intOption } from '../parse.js';
@@ -21,11 +21,12 @@ interface StatusFlags extends StoreFlags {
   maxUnknown?: number;
   maxReview?: number;
   maxExpiredLeases?: number;
+  maxApprovalAge?: number;
   json?: boolean;
 }
 
 export interface HealthCheck {
-  name: 'queue-age' | 'unknown' | 'review' | 'expired-leases';
+  name: 'queue-age' | 'unknown' | 'review' | 'expired-leases' | 'approval-age';
   limit: number;
   value: number;
   ok: boolean;
@@ -41,7 +42,8 @@ export function registerStatus(program: Command): void {
     .description(
       'Shows, per queue, how many jobs are in each state and how long the oldest due job has ' +
         'waited; UNKNOWN and NEEDS_REVIEW jobs by operation; and leases that expired without ' +
-        'being reclaimed yet (a sign that no worker is running recovery).\n\n' +
+        'being reclaimed yet (a sign that no worker is running recovery); and jobs awaiting ' +
+        'approval by operation, with the age of the oldest.\n\n' +
         'Each --max-* option adds a check. When a check fails, status lists it and exits with ' +
         'code 2 (1 when the store cannot be read), so that cron, CI or a health check can alert on it.',
     )
@@ -61,22 +63,31 @@ export function registerStatus(program: Command): void {
       'fail when more expired leases than this wait for the reclaimer',
       intOption(0, INT_MAX),
     )
+    .option(
+      '--max-approval-age <ms>',
+      'fail when a job has awaited approval longer than this',
+      intOption(0, INT_MAX),
+    )
     .addHelpText(
       'after',
-      '\nExample:\n  $ reckon status --max-queue-age 60000 --max-unknown 0 --max-review 5 --json',
+      '\nExample:\n  $ reckon status --max-queue-age 60000 --max-unknown 0 --max-review 5 --max-approval-age 3600000 --json',
     );
   addStoreOption(cmd);
-  addJsonOption(cmd, 'print { store, now, healthy, checks, queues, byOperation, expiredLeases }');
+  addJsonOption(
+    cmd,
+    'print { store, now, healthy, checks, queues, byOperation, expiredLeases, approvals }',
+  );
   cmd.action(async (flags: StatusFlags) => {
-    const { stats, schemaVersion } = await withQueue(
+    const { stats, approvals, schemaVersion } = await withQueue(
       flags.store,
       { mustExist: true },
       async (q) => ({
         stats: await q.store.statsGet(),
+        approvals: await q.store.jobApprovalStats(),
         schemaVersion: await q.store.schemaVersion(),
       }),
     );
-    const checks = healthChecks(stats, flags);
+    const checks = healthChecks(stats, flags, approvals);
     const healthy = checks.every((c) => c.ok);
     if (!healthy) process.exitCode = EXIT.unhealthy;
     const report = {
@@ -91,9 +102,15 @@ export function registerStatus(program: Command): void {
       })),
       byOperation: stats.byOperation,
       expiredLeases: stats.expiredLeases,
+      approvals: approvals.byOperation.map((o) => ({
+        ...o,
+        oldestAgeMs: Math.max(0, approvals.now - o.oldestAt),
+      })),
     };
     if (flags.json) return printJson(report);
-    printStatus(report.store, schemaVersion, stats, checks);
+    printStatus(report.store, schemaVersion, stats);
+    printApprovals(approvals);
+    printChecks(checks);
     if (!healthy)
       process.stderr.write(
         `reckon: unhealthy: ${checks
@@ -106,7 +123,11 @@ export function registerStatus(program: Command): void {
 
 export function healthChecks(
   stats: StoreStats,
-  limits: Pick<StatusFlags, 'maxQueueAge' | 'maxUnknown' | 'maxReview' | 'maxExpiredLeases'>,
+  limits: Pick<
+    StatusFlags,
+    'maxQueueAge' | 'maxUnknown' | 'maxReview' | 'maxExpiredLeases' | 'maxApprovalAge'
+  >,
+  approvals?: ApprovalStats,
 ): HealthCheck[] {
   const checks: HealthCheck[] = [];
   if (limits.maxQueueAge !== undefined) {
@@ -167,15 +188,55 @@ export function healthChecks(
       detail: `${stats.expiredLeases} expired lease(s) not yet reclaimed (limit ${limit})`,
     });
   }
+  if (limits.maxApprovalAge !== undefined && approvals)
+    checks.push(approvalAgeCheck(approvals, limits.maxApprovalAge));
   return checks;
 }
 
-function printStatus(
-  store: string,
-  schemaVersion: number,
-  stats: StoreStats,
-  checks: HealthCheck[],
-): void {
+function approvalAgeCheck(approvals: ApprovalStats, limit: number): HealthCheck {
+  let oldest = 0;
+  let where = '';
+  for (const o of approvals.byOperation) {
+    const age = Math.max(0, approvals.now - o.oldestAt);
+    if (age > oldest || where === '') [oldest, where] = [age, o.operation];
+  }
+  return {
+    name: 'approval-age',
+    limit,
+    value: oldest,
+    ok: oldest <= limit,
+    detail:
+      where === ''
+        ? `no job awaits approval (limit ${formatDuration(limit)})`
+        : `oldest job awaiting approval waited ${formatDuration(oldest)} (operation ${where}, limit ${formatDuration(limit)})`,
+  };
+}
+
+function printApprovals(approvals: ApprovalStats): void {
+  if (approvals.byOperation.length === 0) return;
+  println();
+  println('awaiting approval, by operation:');
+  println(
+    table(
+      ['operation', 'AWAITING_APPROVAL', 'oldest'],
+      approvals.byOperation.map((o) => [
+        o.operation,
+        o.awaiting,
+        formatDuration(Math.max(0, approvals.now - o.oldestAt)),
+      ]),
+    ),
+  );
+}
+
+function printChecks(checks: HealthCheck[]): void {
+  if (checks.length === 0) return;
+  println();
+  for (const c of checks) println(`${c.ok ? 'ok  ' : 'FAIL'}  ${c.name}: ${c.detail}`);
+  const failed = checks.filter((c) => !c.ok).length;
+  println(failed === 0 ? 'healthy' : `UNHEALTHY: ${failed} of ${checks.length} check(s) failed`);
+}
+
+function printStatus(store: string, schemaVersion: number, stats: StoreStats): void {
   println(`store ${store} (schema ${schemaVersion}), store clock ${formatTime(stats.now)}`);
   println();
   if (stats.queues.length === 0) println('no jobs yet');
@@ -202,9 +263,4 @@ function printStatus(
   }
   println();
   println(`expired leases not yet reclaimed: ${stats.expiredLeases}`);
-  if (checks.length === 0) return;
-  println();
-  for (const c of checks) println(`${c.ok ? 'ok  ' : 'FAIL'}  ${c.name}: ${c.detail}`);
-  const failed = checks.filter((c) => !c.ok).length;
-  println(failed === 0 ? 'healthy' : `UNHEALTHY: ${failed} of ${checks.length} check(s) failed`);
 }

@@ -40,6 +40,13 @@ import {
   transitionApplies,
 } from '../rules.js';
 import {
+  approvalDecide,
+  approvalExpireMany,
+  approvalList,
+  approvalStats,
+  type ApprovalTarget,
+} from './approvals.js';
+import {
   attemptFromRow,
   eventFromRow,
   jobFromRow,
@@ -52,6 +59,9 @@ import {
   type JobRow,
 } from '../rows.js';
 import type {
+  ApprovalDecide,
+  ApprovalDecideResult,
+  ApprovalStats,
   AttemptExpire,
   AttemptFinish,
   AttemptRecord,
@@ -66,6 +76,7 @@ import type {
   JobInsertResult,
   JobListParams,
   JobRecord,
+  JobStateRow,
   JobTransition,
   LeaseRef,
   Store,
@@ -76,6 +87,7 @@ import type {
 import { CommitObservers } from '../commit-observers.js';
 import { GroupCommit, type GroupCommitOptions } from '../group-commit.js';
 import { WorkListener } from './listener.js';
+import { jobChangesSubscribe, jobStatesRead } from './outcome-notify.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS, MIGRATIONS_TABLE_SQL } from './schema.js';
 import {
   claimLimitInline,
@@ -667,7 +679,8 @@ export class PostgresStore implements Store {
         return this.tx((c) => this.insertJobs(c, jobs, actor));
       }
     }
-    const queues = [...new Set(jobs.map((j) => j.queue))];
+    // Jobs awaiting approval wake nobody: no worker may claim them yet.
+    const queues = [...new Set(jobs.filter((j) => !j.approval).map((j) => j.queue))];
     let r: pg.QueryResult<{ now: number }>;
     try {
       r = await this.statement<{ now: number }>(
@@ -788,7 +801,7 @@ export class PostgresStore implements Store {
     const now = r.rows[0]!.now;
     const inserted = new Set(r.rows[0]!.ids);
     const wakes = this.wakesOf.get(c);
-    if (wakes) for (const j of batch) if (inserted.has(j.id)) wakes.add(j.queue);
+    if (wakes) for (const j of batch) if (inserted.has(j.id) && !j.approval) wakes.add(j.queue);
     const results = new Array<JobInsertResult | undefined>(jobs.length);
     const backoffOf = new Map(batch.map((j, i) => [j, backoffJson[i]]));
     const later: number[] = [];
@@ -1238,6 +1251,34 @@ export class PostgresStore implements Store {
     await this.run((c) => c.query(this.sql.eventAppend, [JSON.stringify(rows)]));
   }
 
+  // ---------------------------------------------------------------- approvals (approvals.ts)
+
+  private target(): ApprovalTarget {
+    return { schema: this.schema, channel: this.channel };
+  }
+
+  jobApprovalList(p: { operation?: string; limit: number }): Promise<JobRecord[]> {
+    return this.run((c) => approvalList(c, this.target(), p), { reads: true });
+  }
+
+  async jobApprovalDecide(p: ApprovalDecide): Promise<ApprovalDecideResult> {
+    const r = await this.run((c) => approvalDecide(c, this.target(), p));
+    if (r.ok && r.job.state === 'QUEUED') this.wakeLocal([r.job.queue]);
+    return r;
+  }
+
+  jobApprovalExpireMany(p: {
+    limit: number;
+    actor: string;
+    error: ErrorInfo;
+  }): Promise<JobRecord[]> {
+    return this.run((c) => approvalExpireMany(c, this.target(), p));
+  }
+
+  jobApprovalStats(): Promise<ApprovalStats> {
+    return this.run((c) => approvalStats(c, this.target()), { reads: true });
+  }
+
   async statsGet(): Promise<StoreStats> {
     // Counting every job is a scan: allowed here (see the pool's `connect` handler).
     const r = await this.tx(async (c) => {
@@ -1289,6 +1330,18 @@ export class PostgresStore implements Store {
       this.ownBackends.has(pid),
     );
     return this.listener.subscribe(p.queues, p.onWork);
+  }
+
+  /** Outcome waiters' reads and wake-ups: see outcome-notify.ts. */
+  jobStateMany(p: { ids: string[] }): Promise<JobStateRow[]> {
+    return this.run((c) => jobStatesRead(c, this.schema, p.ids), { reads: true });
+  }
+
+  jobChangeSubscribe(p: {
+    onChange: (jobIds: string[], states?: JobStateRow[]) => void;
+  }): Promise<{ close(): Promise<void> }> {
+    this.connPool();
+    return jobChangesSubscribe({ config: this.clientConfig, schema: this.schema, ...p });
   }
 }
 
@@ -1415,6 +1468,12 @@ function sharedColumn(
       return j.maxAttempts;
     case 'timeout_ms':
       return j.timeoutMs;
+    case 'approval':
+      return j.approval !== undefined;
+    case 'approval_reason':
+      return j.approval?.reason ?? null;
+    case 'approval_expires_ms':
+      return j.approval?.expiresInMs ?? null;
   }
 }
 

@@ -73,6 +73,7 @@ function jobColumns(alias: string): string {
     `${toMs(`${a}.updated_at`)} AS updated_at, ${toMs(`${a}.finished_at`)} AS finished_at`,
     `${a}.attempt_count, ${a}.max_attempts, ${a}.backoff_json, ${a}.timeout_ms`,
     `${toMs(`${a}.next_check_at`)} AS next_check_at, ${a}.lookup_failures, ${a}.result_json, ${a}.error_json`,
+    `${a}.approval_reason, ${toMs(`${a}.approval_expires_at`)} AS approval_expires_at`,
   ].join(',\n  ');
 }
 
@@ -155,7 +156,19 @@ export const NEW_JOB_SHARED = [
   ['max_attempts', 'int'],
   ['backoff_json', 'text'],
   ['timeout_ms', 'bigint'],
+  // AWAITING_APPROVAL when true, expiring approval_expires_ms after now (null: never)
+  ['approval', 'boolean'],
+  ['approval_reason', 'text'],
+  ['approval_expires_ms', 'bigint'],
 ] as const;
+
+/** A new job's state (`n` a row of `input`). */
+const QUEUED_OR_AWAITING = `CASE WHEN n.approval THEN 'AWAITING_APPROVAL' ELSE 'QUEUED' END`;
+
+/** The `enqueued` event's detail of a new job awaiting approval (`n` of `input`, with `now`). */
+const APPROVAL_DETAIL = `CASE WHEN n.approval THEN json_build_object('approval', json_build_object(
+  'reason', n.approval_reason,
+  'expiresAt', (extract(epoch FROM now.t) * 1000)::bigint + n.approval_expires_ms))::text END`;
 
 /** How many parameters the new jobs take in `jobInsert` and `jobInsertAllNew`. */
 export const NEW_JOB_PARAM_COUNT = 4 + 2 * NEW_JOB_SHARED.length;
@@ -192,12 +205,13 @@ input AS (
   const insertJobsAs = (state: string, attemptCount: string, from: string) => `
   INSERT INTO ${jobs} (id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id,
     state, priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms,
-    attempt_count)
+    attempt_count, approval_reason, approval_expires_at)
   SELECT n.id, n.queue, n.operation, n.input_json, n.request_key, n.request_fingerprint, n.run_id, n.step_id,
     ${state}, n.priority, coalesce(${fromMs('n.run_at')}, now.t + ${millis('n.delay_ms')}), now.t, now.t,
-    n.max_attempts, n.backoff_json, n.timeout_ms, ${attemptCount}
+    n.max_attempts, n.backoff_json, n.timeout_ms, ${attemptCount},
+    n.approval_reason, now.t + ${millis('n.approval_expires_ms')}
   FROM ${from}`;
-  const insertJobs = insertJobsAs(`'QUEUED'`, '0', 'input n, now');
+  const insertJobs = insertJobsAs(QUEUED_OR_AWAITING, '0', 'input n, now');
   const actor = `$${NEW_JOB_PARAM_COUNT + 1}`;
   /** The claim statement around its `picked` CTE (the due jobs to lease, locked). */
   // The claim commits without waiting for its WAL flush (`synchronous_commit` off for its own
@@ -352,15 +366,16 @@ FROM (
     jobInsert: `${newJobs},
 inserted AS (${insertJobs}
   ON CONFLICT (request_key) DO NOTHING
-  RETURNING id, queue, request_fingerprint
+  RETURNING id, queue, request_fingerprint, state
 ),
 enqueued AS (
-  INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, to_state, actor, at)
-  SELECT i.id, NULL, i.request_fingerprint, 'enqueued', 'QUEUED', ${actor}, now.t FROM inserted i, now
+  INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, to_state, actor, detail_json, at)
+  SELECT i.id, NULL, i.request_fingerprint, 'enqueued', i.state, ${actor}, ${APPROVAL_DETAIL}, now.t
+  FROM inserted i JOIN input n ON n.id = i.id, now
 )
 SELECT ${toMs('now.t')} AS now, ARRAY(SELECT i.id FROM inserted i) AS ids,
   (SELECT count(pg_notify($${NEW_JOB_PARAM_COUNT + 2}::text, q.queue))
-     FROM (SELECT DISTINCT queue FROM inserted) q) AS woken
+     FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'QUEUED') q) AS woken
 FROM now`,
 
     /**
@@ -376,8 +391,10 @@ FROM now`,
 inserted AS (${insertJobs}
 ),
 enqueued AS (
-  INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, to_state, actor, at)
-  SELECT n.id, NULL, n.request_fingerprint, 'enqueued', 'QUEUED', ${actor}, now.t FROM input n, now
+  INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, to_state, actor, detail_json, at)
+  SELECT n.id, NULL, n.request_fingerprint, 'enqueued', ${QUEUED_OR_AWAITING}, ${actor},
+    ${APPROVAL_DETAIL}, now.t
+  FROM input n, now
 )
 SELECT ${toMs('now.t')} AS now,
   (SELECT count(pg_notify($${NEW_JOB_PARAM_COUNT + 3}::text, q))
@@ -422,7 +439,7 @@ handed AS MATERIALIZED (
       WHERE u.owner_id IS NULL AND u.due_now AND u.queue = d.queue AND u.priority >= d.priority)
 ),
 inserted AS (${insertJobsAs(
-      `CASE WHEN h.id IS NULL THEN 'QUEUED' ELSE 'LEASED' END`,
+      `CASE WHEN h.id IS NULL THEN ${QUEUED_OR_AWAITING} ELSE 'LEASED' END`,
       'CASE WHEN h.id IS NULL THEN 0 ELSE 1 END',
       'input n CROSS JOIN now LEFT JOIN handed h ON h.id = n.id',
     )}
@@ -440,8 +457,9 @@ logged AS (
     e.detail_json, now.t
   FROM (
     SELECT n.id AS job_id, NULL::int AS attempt_no, n.request_fingerprint, 'enqueued' AS kind,
-      NULL AS from_state, 'QUEUED' AS to_state, ${actor} AS actor, NULL AS detail_json, 0 AS step
-    FROM input n
+      NULL AS from_state, ${QUEUED_OR_AWAITING} AS to_state, ${actor} AS actor,
+      ${APPROVAL_DETAIL} AS detail_json, 0 AS step
+    FROM input n CROSS JOIN now
     UNION ALL
     SELECT n.id, 1, n.request_fingerprint, 'leased', 'QUEUED', 'LEASED', h.owner_id,
       json_build_object('leaseMs', d.lease_ms)::text, 1

@@ -14,6 +14,12 @@ export interface Migration {
    * rewritten, or a table edited by hand) leaves that table as it is; found twice, it throws.
    */
   rewrites?: readonly { table: string; from: string; to: string }[];
+  /**
+   * Columns added (ALTER TABLE … ADD COLUMN) before `sql` runs, each only if its table lacks it:
+   * SQLite has no ADD COLUMN IF NOT EXISTS, and a migration run again over its own work (a
+   * migrations table rolled back by hand) must not fail on a column it already added.
+   */
+  columns?: readonly { table: string; column: string; type: string }[];
 }
 
 /**
@@ -171,6 +177,27 @@ CREATE INDEX jobs_review ON jobs (id) WHERE state = 'NEEDS_REVIEW';
 DROP INDEX jobs_claim;
 CREATE INDEX jobs_claim ON jobs (queue, priority DESC, run_at) WHERE state = 'QUEUED';
 `,
+  },
+  {
+    // AWAITING_APPROVAL (a person allows the side effect before any claim): the state joins the
+    // jobs CHECK (a wider constraint: every stored row stays valid), with the reason shown to
+    // the approver and when the approval times out. The index serves listing and expiry.
+    version: 5,
+    name: 'approval before dispatch',
+    columns: [
+      { table: 'jobs', column: 'approval_reason', type: 'TEXT' },
+      { table: 'jobs', column: 'approval_expires_at', type: 'INTEGER' },
+    ],
+    sql: `
+CREATE INDEX IF NOT EXISTS jobs_approval ON jobs (approval_expires_at) WHERE state = 'AWAITING_APPROVAL';
+`,
+    rewrites: [
+      {
+        table: 'jobs',
+        from: `CHECK (${anyOf('state', JOB_STATE_LIST)})`,
+        to: `CHECK (${anyOf('state', ['AWAITING_APPROVAL', ...JOB_STATE_LIST])})`,
+      },
+    ],
   },
 ];
 

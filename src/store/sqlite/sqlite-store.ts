@@ -33,6 +33,8 @@ import {
   eventFromRow,
   jobFromRow,
   jsonOrNull,
+  approvalEventDetail,
+  approvalExpiresAt,
   newLeasedAttempt,
   newQueuedJob,
   type AttemptRow,
@@ -40,6 +42,9 @@ import {
   type JobRow,
 } from '../rows.js';
 import type {
+  ApprovalDecide,
+  ApprovalDecideResult,
+  ApprovalStats,
   AttemptExpire,
   AttemptFinish,
   AttemptRecord,
@@ -54,6 +59,7 @@ import type {
   JobInsertResult,
   JobListParams,
   JobRecord,
+  JobStateRow,
   JobTransition,
   LeaseRef,
   Store,
@@ -62,8 +68,10 @@ import type {
   StoreStats,
 } from '../store.js';
 import { CommitObservers } from '../commit-observers.js';
+import { approvalDecide, approvalExpireMany, approvalList, approvalStats } from './approvals.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS, type Migration } from './schema.js';
 import { WakeChannel, wakeDirectory } from './wake.js';
+import { jobChangesSubscribe, jobStatesRead } from './outcome-notify.js';
 
 export interface SqliteStoreOptions {
   /** File path, or `:memory:` (one process only). */
@@ -213,7 +221,7 @@ function claimArgs(now: number, queues: string[], operations: string[], limit: n
 /** Every column of a job, in the order of `JobTuple` (for raw statements). */
 const JOB_COLUMNS = `id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id, state,
   priority, run_at, created_at, updated_at, finished_at, attempt_count, max_attempts, backoff_json, timeout_ms,
-  next_check_at, lookup_failures, result_json, error_json`;
+  next_check_at, lookup_failures, result_json, error_json, approval_reason, approval_expires_at`;
 
 type JobTuple = [
   id: string,
@@ -238,6 +246,8 @@ type JobTuple = [
   lookupFailures: number,
   resultJson: string | null,
   errorJson: string | null,
+  approvalReason: string | null,
+  approvalExpiresAt: number | null,
 ];
 
 /** A claim's row: the job's columns, then its rowid. */
@@ -268,6 +278,8 @@ function jobFromTuple(r: JobTuple | ClaimTuple): JobRecord {
     lookupFailures: r[19],
     result: r[20] === null ? null : (JSON.parse(r[20]) as Json),
     error: r[21] === null ? null : (JSON.parse(r[21]) as ErrorInfo),
+    approvalReason: r[22],
+    approvalExpiresAt: r[23],
   };
 }
 
@@ -344,6 +356,19 @@ export function rewriteTables(
   } finally {
     db.pragma('writable_schema = OFF');
     db.unsafeMode(false);
+  }
+}
+
+/** Adds each column its table lacks (see `Migration.columns`), inside the migration's transaction. */
+export function addColumns(
+  db: Database.Database,
+  columns: NonNullable<Migration['columns']>,
+): void {
+  for (const c of columns) {
+    const has = db
+      .prepare(`SELECT 1 FROM pragma_table_info(?) WHERE name = ?`)
+      .get(c.table, c.column);
+    if (!has) db.exec(`ALTER TABLE ${c.table} ADD COLUMN ${c.column} ${c.type}`);
   }
 }
 
@@ -460,6 +485,7 @@ export class SqliteStore implements Store {
         throw new SchemaTooNew(this.location, current, LATEST_SCHEMA_VERSION);
       for (const m of MIGRATIONS) {
         if (m.version <= current) continue;
+        if (m.columns) addColumns(db, m.columns);
         if (m.sql) db.exec(m.sql);
         if (m.rewrites) rewriteTables(db, m.rewrites);
         db.prepare(
@@ -919,8 +945,9 @@ export class SqliteStore implements Store {
       const now = this.now();
       const insert = this.stmt(
         `INSERT INTO jobs (id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id, state,
-           priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'QUEUED', ?, ?, ?, ?, ?, ?, ?)
+           priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms,
+           approval_reason, approval_expires_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT (request_key) DO NOTHING`,
       );
       const results: JobInsertResult[] = [];
@@ -944,6 +971,7 @@ export class SqliteStore implements Store {
             j.fingerprint,
             j.runId,
             j.stepId,
+            j.approval ? 'AWAITING_APPROVAL' : 'QUEUED',
             j.priority,
             runAt,
             now,
@@ -951,6 +979,8 @@ export class SqliteStore implements Store {
             j.maxAttempts,
             backoffJson,
             j.timeoutMs,
+            j.approval?.reason ?? null,
+            approvalExpiresAt(j, now),
           ).changes === 1;
         if (!inserted) {
           const existing = this.stmt('SELECT * FROM jobs WHERE request_key = ?').get(
@@ -980,8 +1010,23 @@ export class SqliteStore implements Store {
           results.push({ job, created: false });
           continue;
         }
-        this.event(j.id, null, j.fingerprint, 'enqueued', null, 'QUEUED', p.actor, null, now);
-        this.newWork = true;
+        if (j.approval) {
+          const detail = approvalEventDetail(j, now);
+          this.event(
+            j.id,
+            null,
+            j.fingerprint,
+            'enqueued',
+            null,
+            'AWAITING_APPROVAL',
+            p.actor,
+            detail,
+            now,
+          );
+        } else {
+          this.event(j.id, null, j.fingerprint, 'enqueued', null, 'QUEUED', p.actor, null, now);
+          this.newWork = true;
+        }
         // The record as written, without reading it back.
         results.push({ job: newQueuedJob(j, now, backoffJson), created: true });
       }
@@ -1236,7 +1281,7 @@ export class SqliteStore implements Store {
         const out: ClaimedAttempt[] = new Array<ClaimedAttempt>(rows.length);
         for (let i = 0; i < rows.length; i++) {
           const r = rows[i]!;
-          assert(lease.run(now, r[22]).changes === 1, `job ${r[0]} changed between read and lease`);
+          assert(lease.run(now, r[24]).changes === 1, `job ${r[0]} changed between read and lease`);
           // The row as leased.
           r[8] = 'LEASED';
           r[12] = now;
@@ -1463,6 +1508,32 @@ export class SqliteStore implements Store {
     });
   }
 
+  // ---------------------------------------------------------------- approvals (approvals.ts)
+
+  jobApprovalList(p: { operation?: string; limit: number }): Promise<JobRecord[]> {
+    return this.read(() => approvalList(this.conn(), p));
+  }
+
+  jobApprovalDecide(p: ApprovalDecide): Promise<ApprovalDecideResult> {
+    return this.write(() => {
+      const r = approvalDecide(this.conn(), p, this.now());
+      if (r.ok && r.job.state === 'QUEUED') this.newWork = true;
+      return r;
+    });
+  }
+
+  jobApprovalExpireMany(p: {
+    limit: number;
+    actor: string;
+    error: ErrorInfo;
+  }): Promise<JobRecord[]> {
+    return this.write(() => approvalExpireMany(this.conn(), p, this.now()));
+  }
+
+  jobApprovalStats(): Promise<ApprovalStats> {
+    return this.read(() => approvalStats(this.conn(), this.now()));
+  }
+
   /**
    * Cross-process wake-ups without a server, two ways: a byte on this process's socket from a
    * process that committed due work (wake.ts: well under a millisecond), and `data_version`,
@@ -1501,6 +1572,17 @@ export class SqliteStore implements Store {
         return Promise.resolve();
       },
     };
+  }
+
+  /** Outcome waiters' reads and wake-ups: see outcome-notify.ts. */
+  jobStateMany(p: { ids: string[] }): Promise<JobStateRow[]> {
+    return this.read(() => jobStatesRead(this.conn(), p.ids));
+  }
+
+  jobChangeSubscribe(p: {
+    onChange: (jobIds: string[]) => void;
+  }): Promise<{ close(): Promise<void> }> {
+    return jobChangesSubscribe({ db: this.conn(), isOpen: () => this.db !== null, ...p });
   }
 
   onCommit(fn: (c: StoreCommit) => void): () => void {
