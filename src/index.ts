@@ -56,6 +56,9 @@ export {
   InvariantViolation,
   IllegalTransition,
   CallbackFailed,
+  TargetExists,
+  BackupInvalid,
+  BackupUnsupported,
   OutcomePending,
   QueueClosed,
 } from './core/errors.js';
@@ -73,6 +76,8 @@ export { Worker } from './runtime/worker.js';
 export type { WorkerOptions } from './runtime/worker.js';
 export type { JobEvent } from './runtime/events.js';
 export type { ResolveOptions, ReviewDecision } from './runtime/review.js';
+export { DEFAULT_RETENTION, parseAge } from './runtime/retention.js';
+export type { RetentionOptions, RetentionSettings } from './runtime/retention.js';
 export type { ApprovalRequest, DecideOptions } from './runtime/approvals.js';
 export { Faults, FAULT_POINTS, InjectedFault, parseFaults } from './runtime/faults.js';
 export type { FaultPoint, FaultAction, FaultSpec } from './runtime/faults.js';
@@ -84,6 +89,9 @@ export type {
   EventRecord,
   JobDetail,
   StoreStats,
+  JobPruneParams,
+  JobPruneResult,
+  PrunableState,
 } from './store/store.js';
 export { createLogger } from './observe/logger.js';
 export { Metrics } from './observe/metrics.js';

@@ -11,6 +11,7 @@ import {
   InvalidInput,
   JobNotFound,
   JobStateConflict,
+  OutcomePending,
   defineOperation,
   openQueue,
 } from '../src/index.js';
@@ -239,6 +240,40 @@ describe.each(STORE_KINDS)('approvals on %s', (kind) => {
       expect(rig.downstream.effectsOf('tx-2')).toBe(1);
     },
   );
+
+  it('q.call of a job that needs approval: OutcomePending while it waits; a waiter hears the decision', async (ctx) => {
+    const rig = await Rig.open(ctx, kind);
+    const op = approvalOp(rig, 'lookup');
+    await rig.worker({ operations: [op] });
+    const pending = await rig.q.call(op, { n: 1 }, { key: 'call-1', timeoutMs: 200 }).then(
+      () => null,
+      (err: unknown) => err,
+    );
+    expect(pending).toBeInstanceOf(OutcomePending);
+    expect(pending).toMatchObject({ state: 'AWAITING_APPROVAL', reason: 'timeout' });
+    const jobId = (pending as OutcomePending).jobId;
+    const approved = rig.q.waitFor(jobId, { timeoutMs: 20_000 });
+    await rig.q.approvals.decide(jobId, { approve: true, actor: 'alice' });
+    expect(await approved).toMatchObject({ state: 'SUCCEEDED', jobId });
+    expect(rig.downstream.effectsOf('call-1')).toBe(1);
+
+    const other = await rig.q
+      .call(op, { n: 2 }, { key: 'call-2', timeoutMs: 1 })
+      .catch((err: OutcomePending) => err);
+    const denied = rig.q.waitFor(other.jobId, { timeoutMs: 20_000 });
+    await rig.q.approvals.decide(other.jobId, { approve: false, actor: 'bob', note: 'no' });
+    expect(await denied).toMatchObject({
+      state: 'CANCELLED',
+      error: { name: 'ApprovalDenied', message: 'denied by operator:bob: no' },
+    });
+    // Calling again with the same key attaches to the decided job: no second side effect.
+    expect(await rig.q.call(op, { n: 1 }, { key: 'call-1', timeoutMs: 1_000 })).toMatchObject({
+      state: 'SUCCEEDED',
+      jobId,
+    });
+    expect(rig.downstream.effectsOf('call-1')).toBe(1);
+    expect(rig.downstream.effectsOf('call-2')).toBe(0);
+  });
 
   it('an approval function that throws rejects the enqueue, naming the operation', async (ctx) => {
     const rig = await Rig.open(ctx, kind);

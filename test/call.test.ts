@@ -253,6 +253,47 @@ describe.each(kinds)('q.call and q.waitFor on %s', (kind, skipReason) => {
     },
   );
 
+  it.skipIf(skipReason !== null)(
+    'awaiting approval: OutcomePending, then the decision wakes the waiter',
+    async () => {
+      const t = await storeOf(kind);
+      const ds = await downstream();
+      const base = effectOp(ds.url);
+      const gated = defineOperation({ ...base.spec, name: 'call.gated', approval: true });
+      const q = await queueOn(t.url, { outcomePollMs: 60_000 });
+      const w = q.worker({ operations: [gated], concurrency: 1, pollIntervalMs: 50 });
+      await w.start();
+      cleanup.push(() => w.stop());
+      const err = (await q.call(gated, { n: 1 }, { key: 'ask-first', timeoutMs: 300 }).then(
+        () => undefined,
+        (e: unknown) => e,
+      )) as OutcomePending;
+      expect(err).toBeInstanceOf(OutcomePending);
+      expect(err.state).toBe('AWAITING_APPROVAL');
+      expect(err.evidence.attempt).toBeNull();
+      expect(err.message).toMatch(/approve.*nothing was sent yet/s);
+      // Approved while a caller waits (polling off): it runs once, and the caller hears of it.
+      const waiting = q.call(gated, { n: 1 }, { key: 'ask-first', timeoutMs: 30_000 });
+      await until(
+        'the caller waits',
+        () => (q as unknown as { outcomes: { size: number } }).outcomes.size,
+      );
+      await q.approvals.decide(err.jobId, { approve: true, actor: 'dana' });
+      await expect(waiting).resolves.toMatchObject({ state: 'SUCCEEDED', jobId: err.jobId });
+      // Denied: CANCELLED, with the decision as the error; nothing reached the downstream.
+      const denied = await q.enqueue(gated, { n: 2 }, { key: 'ask-again' });
+      const waitingDenied = q.waitFor(denied.id, { timeoutMs: 30_000 });
+      await until(
+        'the caller waits',
+        () => (q as unknown as { outcomes: { size: number } }).outcomes.size,
+      );
+      await q.approvals.decide(denied.id, { approve: false, actor: 'dana', note: 'not this one' });
+      await expect(waitingDenied).resolves.toMatchObject({ state: 'CANCELLED', jobId: denied.id });
+      expect(ds.stats.requests).toBe(1);
+    },
+    60_000,
+  );
+
   it.skipIf(skipReason !== null)('reckon_call_waiters counts the waits', async () => {
     const t = await storeOf(kind);
     const metrics = new Metrics({ processMetrics: false });

@@ -525,6 +525,7 @@ describe.skipIf(pgReason !== null)(
           { col: 'events.job_id', collation: 'C' },
           { col: 'jobs.id', collation: 'C' },
           { col: 'jobs.request_key', collation: 'C' },
+          { col: 'outcome_waits.job_id', collation: 'C' },
         ]);
         const eventKey = await admin.query<{ def: string }>(
           `SELECT pg_get_constraintdef(oid) AS def FROM pg_constraint

@@ -5,6 +5,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
+import { registerBackup } from './commands/backup.js';
 import { registerCall } from './commands/call.js';
 import { registerApprovals } from './commands/approvals.js';
 import { registerChaos } from './commands/chaos.js';
@@ -12,6 +13,8 @@ import { registerDemo } from './commands/demo.js';
 import { registerEnqueue } from './commands/enqueue.js';
 import { registerInit } from './commands/init.js';
 import { registerJobs } from './commands/jobs.js';
+import { registerPrune } from './commands/prune.js';
+import { registerRestore } from './commands/restore.js';
 import { registerMcp } from './commands/mcp.js';
 import { registerReview } from './commands/review.js';
 import { registerServe } from './commands/serve.js';
@@ -58,6 +61,9 @@ export function buildProgram(): Command {
   registerApprovals(program);
   registerStatus(program);
   registerServe(program);
+  registerPrune(program);
+  registerBackup(program);
+  registerRestore(program);
   registerMcp(program);
   registerDemo(program);
   registerChaos(program);

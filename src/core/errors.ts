@@ -138,16 +138,16 @@ export interface OutcomeEvidence {
 
 /** What each pending state means for the caller (an agent, or the person behind it). */
 const PENDING_MEANING: Record<string, string> = {
-  QUEUED: 'it has not started: nothing was sent yet, and it will run when a worker takes it',
-  LEASED: 'a worker is running it now: the request may be in flight. Do not retry with another key',
+  QUEUED: 'It has not started: nothing was sent yet, and it runs when a worker takes it',
+  LEASED: 'A worker is running it now: the request may be in flight. Do not retry with another key',
   UNKNOWN:
-    'the request may have reached the downstream (the email may have been sent, the card charged); ' +
-    'reckon is reconciling it. Do not retry: that could do it twice',
+    'The request may have reached the downstream (the email may have been sent, the card ' +
+    'charged) and reckon is reconciling it. Do not retry: that could do it twice',
   NEEDS_REVIEW:
-    'the request may have reached the downstream and only a person can tell: a person is ' +
+    'The request may have reached the downstream and only a person can tell: a person is ' +
     'reviewing it. Do not retry: that could do it twice',
   AWAITING_APPROVAL:
-    'it waits for a person to approve it: nothing was sent yet. Do not retry; it runs once approved',
+    'It waits for a person to approve it: nothing was sent yet. Do not retry; it runs once approved',
 };
 
 /**
@@ -168,11 +168,11 @@ export class OutcomePending extends ReckonError {
     cause?: unknown;
   }) {
     const ended = p.reason === 'timeout' ? 'the wait timed out' : 'the wait was aborted';
-    const meaning = PENDING_MEANING[p.state] ?? 'its outcome is not known yet';
+    const meaning = PENDING_MEANING[p.state] ?? 'Its outcome is not known yet';
     super(
       'OUTCOME_PENDING',
-      `job ${p.jobId} is ${p.state} (${ended}): ${meaning}. ` +
-        `Wait again with the same key or job id to learn its outcome.`,
+      `job ${p.jobId} is ${p.state}; ${ended} before its outcome. ${meaning}. ` +
+        `Wait again with the same key or job id to learn how it ends.`,
       p.cause === undefined ? undefined : { cause: p.cause },
     );
     this.jobId = p.jobId;
@@ -250,6 +250,38 @@ export class InvalidStoreUrl extends ReckonError {
 export class LeaseLost extends ReckonError {
   constructor(jobId: string, attemptNo: number, why: string) {
     super('LEASE_LOST', `job ${jobId} attempt ${attemptNo}: lease lost (${why}); dispatch refused`);
+  }
+}
+
+/** A backup or restore would write over a file that exists: refused, nothing written. */
+export class TargetExists extends ReckonError {
+  readonly path: string;
+  constructor(path: string, what: string) {
+    super(
+      'TARGET_EXISTS',
+      `${path} already exists; ${what} never writes over a file: pick a new path`,
+    );
+    this.path = path;
+  }
+}
+
+/** A backup that failed its checks (integrity, schema version, readable jobs). */
+export class BackupInvalid extends ReckonError {
+  readonly path: string;
+  constructor(path: string, why: string) {
+    super('BACKUP_INVALID', `${path} is not a usable reckon backup: ${why}`);
+    this.path = path;
+  }
+}
+
+/** `reckon backup` on a store it does not copy itself (PostgreSQL: pg_dump does). */
+export class BackupUnsupported extends ReckonError {
+  readonly command: string;
+  readonly restoreCommand: string;
+  constructor(message: string, command: string, restoreCommand: string) {
+    super('BACKUP_UNSUPPORTED', message);
+    this.command = command;
+    this.restoreCommand = restoreCommand;
   }
 }
 

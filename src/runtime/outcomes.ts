@@ -59,6 +59,8 @@ interface Waiter {
   resolve: (o: CallOutcome) => void;
   reject: (err: unknown) => void;
   settled: boolean;
+  /** Its time ran out or its signal aborted: the answer is being read. */
+  ending: boolean;
   timer: NodeJS.Timeout | undefined;
   cleanup: () => void;
 }
@@ -174,6 +176,7 @@ export class OutcomeWaiters {
         resolve,
         reject,
         settled: false,
+        ending: false,
         timer: undefined,
         cleanup: () => undefined,
       };
@@ -198,7 +201,9 @@ export class OutcomeWaiters {
 
   /** The wait is over without an outcome: OutcomePending with the job's evidence. */
   private async givingUp(w: Waiter, reason: 'timeout' | 'aborted', cause?: unknown): Promise<void> {
-    if (w.settled) return;
+    // Once: a timeout and an abort may both fire.
+    if (w.settled || w.ending) return;
+    w.ending = true;
     // No longer woken; answered from what the journal says now.
     this.remove(w);
     clearTimeout(w.timer);

@@ -21,6 +21,7 @@ import { recordLateEvidence } from './evidence.js';
 import type { JobEvent } from './events.js';
 import { Reclaimer } from './reclaimer.js';
 import { Reconciler } from './reconciler.js';
+import { Retention, retentionSettings, type RetentionOptions } from './retention.js';
 import { workerSettings, type WorkerSettings } from './settings.js';
 
 export type { JobEvent } from './events.js';
@@ -29,6 +30,8 @@ export interface WorkerOptions extends Partial<WorkerSettings> {
   operations: AnyOperation[];
   /** Identifies this worker in the journal. Default host/pid/random. */
   ownerId?: string;
+  /** Deleting old terminal histories (with `recover`): 'off', or ages per state (retention.ts). */
+  retention?: RetentionOptions;
 }
 
 /**
@@ -57,6 +60,8 @@ export class Worker extends EventEmitter implements AttemptHost {
   readonly observer: RuntimeObserver;
   readonly reclaimer: Reclaimer;
   readonly reconciler: Reconciler;
+  /** The retention loop, or null when retention is off. */
+  readonly retention: Retention | null;
   private readonly ops = new Map<string, AnyOperation>();
   /** Every attempt this worker holds a lease for: waiting to start, executing, or finishing. */
   private readonly inFlight = new Map<string, { run: AttemptRun; done: Promise<void> }>();
@@ -132,6 +137,8 @@ export class Worker extends EventEmitter implements AttemptHost {
       this,
     );
     this.reconciler = new Reconciler(queue, [...this.ops.values()], this);
+    const retention = retentionSettings(options.retention);
+    this.retention = retention ? new Retention(queue, retention) : null;
   }
 
   get leaseMs(): number {
@@ -206,6 +213,11 @@ export class Worker extends EventEmitter implements AttemptHost {
       this.loops.push(
         this.loop('reconcile', () => this.reconciler.runOnce(), this.settings.reconcileIntervalMs),
       );
+      const r = this.retention;
+      if (r)
+        this.loops.push(
+          this.loop('retention', () => r.runOnce(this.stopSignal.signal), r.settings.intervalMs),
+        );
       const expire = () => this.queue.approvals.expireOnce(`approvals:${this.ownerId}`);
       this.loops.push(this.loop('approvals', expire, this.settings.reclaimIntervalMs));
     }

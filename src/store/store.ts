@@ -299,6 +299,34 @@ export interface StoreCommit {
   ms: number;
 }
 
+/** The terminal states retention may delete (invariant 8): never a waiting or live job. */
+export type PrunableState = 'SUCCEEDED' | 'FAILED' | 'CANCELLED';
+
+export interface JobPruneParams {
+  /** Which terminal states; each job must also have finished at least `olderThanMs` ago. */
+  states: PrunableState[];
+  /** Age on the store's clock: finished_at <= now - olderThanMs. */
+  olderThanMs: number;
+  /** Most jobs this call deletes (one transaction). */
+  limit: number;
+  /** Count what would go (every matching job, not only `limit`), delete nothing. */
+  dryRun?: boolean;
+  /**
+   * Called with the batch's whole histories before they are deleted; the rows go only after it
+   * resolves (an archive written and synced), and nothing goes if it throws.
+   */
+  archive?: (histories: JobDetail[]) => Promise<void>;
+}
+
+export interface JobPruneResult {
+  /** Jobs deleted (dry run: that would be), by state. */
+  jobs: Record<PrunableState, number>;
+  attempts: number;
+  events: number;
+  /** Dry run: false. Otherwise: the batch was full, more may match. */
+  more: boolean;
+}
+
 export interface Store {
   readonly kind: 'sqlite' | 'postgres';
   /** Where the store is, for messages (never with a password). */
@@ -370,6 +398,12 @@ export interface Store {
     error: ErrorInfo;
   }): Promise<JobRecord[]>;
   jobApprovalStats(): Promise<ApprovalStats>;
+
+  /**
+   * Retention (invariant 8): deletes the whole histories (job, attempts, events, in one
+   * transaction) of up to `limit` terminal jobs that finished long enough ago, oldest first.
+   */
+  jobPruneMany(p: JobPruneParams): Promise<JobPruneResult>;
 
   /**
    * Optional (capabilities.crossProcessNotify): calls `onWork` soon after jobs become available

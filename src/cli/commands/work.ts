@@ -7,9 +7,10 @@
  */
 import { constants } from 'node:os';
 import { performance } from 'node:perf_hooks';
-import { Option, type Command } from 'commander';
+import { InvalidArgumentError, Option, type Command } from 'commander';
 import { createLogger, type LoggerOptions } from '../../observe/logger.js';
 import { Metrics } from '../../observe/metrics.js';
+import { parseRetentionSpec, type RetentionOptions } from '../../runtime/retention.js';
 import type { Worker } from '../../runtime/worker.js';
 import { startMetricsServer, type HttpEndpoint } from '../../server/metrics-server.js';
 import { loadOperations, OPERATIONS_HELP } from '../operations-module.js';
@@ -27,7 +28,16 @@ interface WorkFlags extends StoreFlags {
   shutdownTimeoutMs: number;
   metricsPort?: number;
   metricsHost: string;
+  retention?: RetentionOptions;
   json?: boolean;
+}
+
+function retentionOption(value: string): RetentionOptions {
+  try {
+    return parseRetentionSpec(value);
+  } catch (err) {
+    throw new InvalidArgumentError((err as Error).message);
+  }
 }
 
 const COUNTED = [
@@ -83,6 +93,11 @@ export function registerWork(program: Command): void {
       intOption(0, 65_535),
     )
     .option('--metrics-host <host>', 'address for --metrics-port', '127.0.0.1')
+    .option(
+      '--retention <spec>',
+      'delete terminal histories after: off, or e.g. SUCCEEDED=7d,CANCELLED=7d,FAILED=30d (the default)',
+      retentionOption,
+    )
     .addOption(
       new Option('--log-level <level>', 'log level')
         .choices(['trace', 'debug', 'info', 'warn', 'error', 'silent'])
@@ -130,6 +145,7 @@ export function registerWork(program: Command): void {
         leaseMs: flags.leaseMs,
         queues: flags.queue ?? ['default'],
         shutdownTimeoutMs: flags.shutdownTimeoutMs,
+        ...(flags.retention !== undefined ? { retention: flags.retention } : {}),
       });
     } catch (err) {
       await q.close();

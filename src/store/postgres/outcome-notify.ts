@@ -83,6 +83,8 @@ class OutcomeListener {
   private retryMs = RECONNECT_INITIAL_MS;
   private stopped = false;
   private connects = 0;
+  /** The last statement queued on the connection (see `serial`). */
+  private tail: Promise<void> = Promise.resolve();
 
   constructor(
     private readonly config: pg.ClientConfig,
@@ -92,8 +94,20 @@ class OutcomeListener {
 
   /** Reads job states on the listening connection (idle but for notifications). */
   read(schema: string, ids: string[]): Promise<JobStateRow[]> {
-    if (!this.client) return Promise.reject(new Error('the outcome listener is reconnecting'));
-    return jobStatesRead(this.client, schema, ids);
+    return this.serial((c) => jobStatesRead(c, schema, ids));
+  }
+
+  /** One statement at a time on the connection (pg deprecates overlapping queries). */
+  private serial<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
+    const run = this.tail.then(() => {
+      if (!this.client) throw new Error('the outcome listener is reconnecting');
+      return fn(this.client);
+    });
+    this.tail = run.then(
+      () => undefined,
+      () => undefined,
+    );
+    return run;
   }
 
   /**
@@ -101,14 +115,15 @@ class OutcomeListener {
    * exist and are not terminal. Not synchronous: a row lost in a crash costs only latency.
    */
   async watch(schema: string, ids: string[]): Promise<void> {
-    if (!this.client) throw new Error('the outcome listener is reconnecting');
     const s = quote(schema);
-    await this.client.query(
-      `INSERT INTO ${s}.outcome_waits (job_id)
+    await this.serial((c) =>
+      c.query(
+        `INSERT INTO ${s}.outcome_waits (job_id)
        SELECT id FROM ${s}.jobs
        WHERE id = ANY($1::text[]) AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
        ON CONFLICT DO NOTHING`,
-      [ids],
+        [ids],
+      ),
     );
   }
 

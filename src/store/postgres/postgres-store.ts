@@ -75,6 +75,8 @@ import type {
   JobInsert,
   JobInsertResult,
   JobListParams,
+  JobPruneParams,
+  JobPruneResult,
   JobRecord,
   JobStateRow,
   JobTransition,
@@ -89,6 +91,7 @@ import { GroupCommit, type GroupCommitOptions } from '../group-commit.js';
 import { WorkListener } from './listener.js';
 import { jobChangesSubscribe, jobStatesRead } from './outcome-notify.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS, MIGRATIONS_TABLE_SQL } from './schema.js';
+import { jobPruneMany as pruneJobs } from './retention.js';
 import {
   claimLimitInline,
   FAIL_MARK,
@@ -354,6 +357,11 @@ export class PostgresStore implements Store {
       isAmbiguous: (err) => err instanceof StoreUnavailable,
       commits: { observers: this.commits, write },
     });
+  }
+
+  jobPruneMany(p: JobPruneParams): Promise<JobPruneResult> {
+    const h = { schema: this.schema, tx: this.tx.bind(this), read: this.run.bind(this) };
+    return pruneJobs({ ...h, read: (fn) => h.read(fn, { reads: true }) }, p);
   }
 
   onCommit(fn: (c: StoreCommit) => void): () => void {

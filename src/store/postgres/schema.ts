@@ -199,6 +199,28 @@ ALTER TABLE jobs
 CREATE INDEX IF NOT EXISTS jobs_approval ON jobs (approval_expires_at) WHERE state = 'AWAITING_APPROVAL';
 `,
   },
+  {
+    // Retention (invariant 8): a terminal job's whole history may be deleted at once. Events stay
+    // append-only for every other job: a delete is refused unless the event's job is still there
+    // and terminal (retention deletes events first, then attempts, then the job); updates and
+    // truncation are refused as before. The finished index serves the retention query.
+    version: 6,
+    name: 'retention: terminal histories may be deleted',
+    sql: `
+CREATE OR REPLACE FUNCTION events_append_only() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+BEGIN
+  IF TG_OP = 'DELETE' AND EXISTS (SELECT 1 FROM jobs WHERE id = OLD.job_id
+      AND state IN ('SUCCEEDED','FAILED','CANCELLED')) THEN
+    RETURN OLD;
+  END IF;
+  RAISE EXCEPTION 'reckon events are append-only (only a terminal job''s whole history may be deleted)'
+    USING ERRCODE = 'restrict_violation';
+END
+$$;
+CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
+`,
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

@@ -199,6 +199,22 @@ CREATE INDEX IF NOT EXISTS jobs_approval ON jobs (approval_expires_at) WHERE sta
       },
     ],
   },
+  {
+    // Retention (invariant 8): a terminal job's whole history may be deleted at once. Events stay
+    // append-only for every other job: a delete is refused unless the event's job is still there
+    // and terminal (retention deletes events first, then attempts, then the job). The finished
+    // index serves the retention query (finished_at is set only in a terminal state).
+    version: 6,
+    name: 'retention: terminal histories may be deleted',
+    sql: `
+DROP TRIGGER IF EXISTS events_no_delete;
+CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+  WHEN NOT EXISTS (SELECT 1 FROM jobs WHERE id = OLD.job_id
+    AND (state = 'SUCCEEDED' OR state = 'FAILED' OR state = 'CANCELLED'))
+  BEGIN SELECT RAISE(ABORT, 'reckon events are append-only (only a terminal job''s whole history may be deleted)'); END;
+CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
+`,
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

@@ -6,6 +6,7 @@
  * across processes; readers are never blocked (WAL). The lease clock is the host clock, shared
  * by every process on the host (DESIGN §3); tests inject one.
  */
+import { existsSync, statSync } from 'node:fs';
 import Database from 'better-sqlite3';
 import {
   InvalidInput,
@@ -58,6 +59,8 @@ import type {
   JobInsert,
   JobInsertResult,
   JobListParams,
+  JobPruneParams,
+  JobPruneResult,
   JobRecord,
   JobStateRow,
   JobTransition,
@@ -71,6 +74,7 @@ import { CommitObservers } from '../commit-observers.js';
 import { approvalDecide, approvalExpireMany, approvalList, approvalStats } from './approvals.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS, type Migration } from './schema.js';
 import { WakeChannel, wakeDirectory } from './wake.js';
+import { jobPruneMany as pruneJobs, sqliteVacuum } from './retention.js';
 import { jobChangesSubscribe, jobStatesRead } from './outcome-notify.js';
 
 export interface SqliteStoreOptions {
@@ -1506,6 +1510,17 @@ export class SqliteStore implements Store {
         this.appendEvent({ ...e, fingerprint }, now);
       }
     });
+  }
+
+  jobPruneMany(p: JobPruneParams): Promise<JobPruneResult> {
+    return pruneJobs({ db: this.conn(), now: this.now, write: (fn) => this.write(fn) }, p);
+  }
+
+  /** Shrinks the file after a prune (see retention.ts); the size counts the WAL too. */
+  vacuum(): { bytesBefore: number; bytesAfter: number } {
+    const size = (f: string) => (existsSync(f) ? statSync(f).size : 0);
+    const path = this.options.path;
+    return sqliteVacuum(this.conn(), () => size(path) + size(`${path}-wal`));
   }
 
   // ---------------------------------------------------------------- approvals (approvals.ts)
