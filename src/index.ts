@@ -57,6 +57,7 @@ export {
   LeaseLost,
   InvariantViolation,
   IllegalTransition,
+  CallbackFailed,
   TargetExists,
   BackupInvalid,
   BackupUnsupported,
@@ -74,7 +75,8 @@ export type { CallOptions } from './runtime/queue.js';
 export { DEFAULT_WAIT_MS } from './runtime/outcomes.js';
 export type { CallOutcome, WaitOptions } from './runtime/outcomes.js';
 export { Worker } from './runtime/worker.js';
-export type { WorkerOptions, JobEvent } from './runtime/worker.js';
+export type { WorkerOptions } from './runtime/worker.js';
+export type { JobEvent } from './runtime/events.js';
 export type { ResolveOptions, ReviewDecision } from './runtime/review.js';
 export { DEFAULT_RETENTION, parseAge } from './runtime/retention.js';
 export type { RetentionOptions, RetentionSettings } from './runtime/retention.js';

@@ -46,7 +46,11 @@ describe('logs', () => {
     await w.start();
     await done;
     await w.stop();
-    await new Promise((r) => setTimeout(r, 50));
+    // The logger writes asynchronously: wait for the last line, not a guessed time.
+    for (const deadline = Date.now() + 5_000; !lines.some((l) => l.includes('"worker stopped"'));) {
+      if (Date.now() > deadline) throw new Error('the log never said "worker stopped"');
+      await new Promise((r) => setTimeout(r, 5));
+    }
     const all = lines.join('\n');
     expect(lines.length).toBeGreaterThan(3);
     expect(all).not.toContain(PASSWORD);

@@ -394,3 +394,35 @@ function safeDetails(details: unknown): unknown {
     return String(details);
   }
 }
+
+/**
+ * A callback of the user's (classify, fingerprint, a logger, an event listener) threw. Kept in
+ * the journal as the error of the job it concerns; the worker goes on.
+ */
+export class CallbackFailed extends ReckonError {
+  readonly operation: string;
+  readonly callback: string;
+  constructor(operation: string, callback: string, cause: unknown) {
+    super('CALLBACK_FAILED', `${operation}: ${callback} threw: ${safeMessage(cause)}`, { cause });
+    this.operation = operation;
+    this.callback = callback;
+  }
+}
+
+/** A thrown value's message, even when reading it throws (a hostile getter). */
+export function safeMessage(err: unknown): string {
+  try {
+    return errorMessage(err);
+  } catch {
+    return 'an error whose message cannot be read';
+  }
+}
+
+/** `toErrorInfo` that never throws, whatever was thrown. */
+export function safeErrorInfo(err: unknown): ErrorInfo {
+  try {
+    return toErrorInfo(err);
+  } catch {
+    return { name: 'Error', message: safeMessage(err) };
+  }
+}

@@ -8,14 +8,21 @@ import { InvalidInput, PayloadTooLarge } from './errors.js';
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
+/**
+ * Most objects and arrays nested in one another that a payload (input, fingerprint, result) may
+ * have. Real requests are a few levels deep; the bound keeps every walk of a payload (here, the
+ * stores, `JSON.stringify`) far from the stack's end, so a hostile input is a typed error.
+ */
+export const JSON_DEPTH_MAX = 100;
+
 /** Throws `InvalidInput` naming the path of the first value that is not plain JSON data. */
 export function assertJson(value: unknown, what = 'payload'): asserts value is Json {
   if (value === undefined)
     throw new InvalidInput(`${what} is undefined; pass null or an object`, '$');
   // The common case, valid data, is checked without building a path per value; only a value
   // that fails is walked again to name where.
-  if (!isJson(value, null)) {
-    walk(value, '$', new Set(), what);
+  if (!isJson(value, null, 1)) {
+    walk(value, '$', new Set(), what, 1);
     throw new InvalidInput(`${what} is not plain JSON data`, '$');
   }
 }
@@ -24,7 +31,7 @@ export function assertJson(value: unknown, what = 'payload'): asserts value is J
  * Is the value plain JSON data (the rules of `walk`)? `ancestors` holds the objects above it, a
  * linked list: payloads are shallow, and a Set per payload cost more than the check itself.
  */
-function isJson(value: unknown, ancestors: Ancestor | null): boolean {
+function isJson(value: unknown, ancestors: Ancestor | null, depth: number): boolean {
   switch (typeof value) {
     case 'string':
     case 'boolean':
@@ -37,13 +44,14 @@ function isJson(value: unknown, ancestors: Ancestor | null): boolean {
       return false;
   }
   if (value === null) return true;
+  if (depth > JSON_DEPTH_MAX) return false;
   for (let a = ancestors; a !== null; a = a.up) if (a.obj === value) return false;
   const here: Ancestor = { obj: value, up: ancestors };
   if (Array.isArray(value)) {
     // forEach, as `walk` does: holes are skipped (JSON writes them as null).
     let ok = true;
     value.forEach((item) => {
-      if (ok && !isJson(item, here)) ok = false;
+      if (ok && !isJson(item, here, depth + 1)) ok = false;
     });
     return ok;
   }
@@ -52,7 +60,7 @@ function isJson(value: unknown, ancestors: Ancestor | null): boolean {
   for (const k in value) {
     if (!Object.hasOwn(value, k)) continue;
     const v = (value as Record<string, unknown>)[k];
-    if (v !== undefined && !isJson(v, here)) return false;
+    if (v !== undefined && !isJson(v, here, depth + 1)) return false;
   }
   return true;
 }
@@ -62,7 +70,7 @@ interface Ancestor {
   up: Ancestor | null;
 }
 
-function walk(value: unknown, path: string, seen: Set<object>, what: string): void {
+function walk(value: unknown, path: string, seen: Set<object>, what: string, depth: number): void {
   switch (typeof value) {
     case 'string':
     case 'boolean':
@@ -89,11 +97,16 @@ function walk(value: unknown, path: string, seen: Set<object>, what: string): vo
       break;
   }
   if (value === null) return;
+  if (depth > JSON_DEPTH_MAX)
+    throw new InvalidInput(
+      `${what} is nested deeper than ${JSON_DEPTH_MAX} levels of objects and arrays at ${path.slice(0, 200)}${path.length > 200 ? '…' : ''} (JSON_DEPTH_MAX)`,
+      path,
+    );
   const obj = value;
   if (seen.has(obj)) throw new InvalidInput(`${what} has a cycle at ${path}`, path);
   seen.add(obj);
   if (Array.isArray(obj)) {
-    obj.forEach((item, i) => walk(item, `${path}[${i}]`, seen, what));
+    obj.forEach((item, i) => walk(item, `${path}[${i}]`, seen, what, depth + 1));
   } else {
     const proto = Object.getPrototypeOf(obj) as unknown;
     if (proto !== Object.prototype && proto !== null) {
@@ -106,15 +119,15 @@ function walk(value: unknown, path: string, seen: Set<object>, what: string): vo
     }
     for (const [k, v] of Object.entries(obj)) {
       // A property explicitly set to undefined is dropped by JSON; accept it the same way.
-      if (v !== undefined) walk(v, `${path}.${k}`, seen, what);
+      if (v !== undefined) walk(v, `${path}.${k}`, seen, what, depth + 1);
     }
   }
   seen.delete(obj);
 }
 
 /** Canonical JSON: object keys sorted by code unit, no whitespace. */
-export function canonicalJson(value: unknown): string {
-  assertJson(value);
+export function canonicalJson(value: unknown, what = 'payload'): string {
+  assertJson(value, what);
   return canonical(value);
 }
 
@@ -166,8 +179,8 @@ export const sha256Hex: (text: string) => string =
     : (text) => nodeCrypto.createHash('sha256').update(text).digest('hex');
 
 /** SHA-256 of canonical JSON, hex. */
-export function fingerprintOf(value: unknown): string {
-  return sha256Hex(canonicalJson(value));
+export function fingerprintOf(value: unknown, what = 'payload'): string {
+  return sha256Hex(canonicalJson(value, what));
 }
 
 /**

@@ -13,6 +13,12 @@
  *                                                    before dispatchedAt + timeout + grace
  *   RECKON_UNSAFE_DISABLE_SAFEGUARD=dedup-ignores-operation   an enqueue whose request key belongs
  *                                                    to another operation's job is deduplicated
+ *   RECKON_UNSAFE_DISABLE_SAFEGUARD=marker-after-dispatch   the side effect starts before its
+ *                                                    dispatch marker is written (invariant 3)
+ *   RECKON_UNSAFE_DISABLE_SAFEGUARD=unfenced-outcome a worker fenced out of its attempt writes its
+ *                                                    outcome to the job anyway (invariant 7)
+ *   RECKON_UNSAFE_DISABLE_SAFEGUARD=new-key-on-retry a retry sends a fresh request key
+ *                                                    (invariant 6)
  *
  * Read once, when this module loads. Honoured only when NODE_ENV=test; anywhere else the variable
  * is ignored with a warning on stderr, so a stray setting can never weaken a real deployment.
@@ -25,6 +31,9 @@ export const SAFEGUARDS = [
   'unknown-retry',
   'lookup-before-horizon',
   'dedup-ignores-operation',
+  'marker-after-dispatch',
+  'unfenced-outcome',
+  'new-key-on-retry',
 ] as const;
 export type Safeguard = (typeof SAFEGUARDS)[number];
 

@@ -6,8 +6,9 @@
  */
 import { InvalidInput, JobNotFound, JobStateConflict, type ErrorInfo } from '../core/errors.js';
 import { assertJobTransition } from '../core/states.js';
-import type { JobRecord } from '../store/store.js';
-import type { Queue } from './queue.js';
+import type { EventEmitter } from 'node:events';
+import type { Logger } from '../core/operation.js';
+import type { JobRecord, Store } from '../store/store.js';
 
 /** An awaiting job as the approver sees it: the job (with its input and reason), its age and expiry. */
 export type ApprovalRequest = JobRecord & {
@@ -28,8 +29,16 @@ export interface DecideOptions {
 export const APPROVAL_EXPIRE_BATCH_MAX = 100;
 const NOTE_LENGTH_MAX = 10_000;
 
+/** What approvals need of the queue (`Queue` passes itself), so this module does not import it. */
+export interface ApprovalsHost {
+  readonly store: Store;
+  readonly log: Logger;
+  /** Emits 'enqueued' (operation name) when an approval makes a job due. */
+  readonly notifier: EventEmitter;
+}
+
 export class Approvals {
-  constructor(private readonly queue: Queue) {}
+  constructor(private readonly queue: ApprovalsHost) {}
 
   /** Jobs awaiting approval, oldest first. */
   async list(options: { operation?: string; limit?: number } = {}): Promise<ApprovalRequest[]> {

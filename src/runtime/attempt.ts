@@ -7,17 +7,20 @@ import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { decideAfterAttempt, type AttemptOutcome } from '../core/decide.js';
 import {
+  CallbackFailed,
   DefiniteFailure,
   InvariantViolation,
   LeaseLost,
   ReckonError,
   errorCode,
+  safeErrorInfo,
   toErrorInfo,
   type ErrorInfo,
 } from '../core/errors.js';
 import { encodeResult } from '../core/json.js';
 import type { Logger, OperationContext, AnyOperation } from '../core/operation.js';
 import { seedOf } from '../core/retry.js';
+import type { JobState } from '../core/states.js';
 import type { AttemptFinish, ClaimedAttempt, LeaseRef, Store } from '../store/store.js';
 import type { Faults } from './faults.js';
 import type { RuntimeObserver } from './observer.js';
@@ -198,10 +201,11 @@ export class AttemptRun {
       this.abort(new AttemptTimeout(this.op.timeoutMs));
       // Two seconds past the signal give well-behaved code time to settle with a real answer;
       // then the attempt stops waiting for execute (see raceTimeout).
-      this.hardTimer = setTimeout(
-        () => this.stopWaiting?.(new AttemptTimeout(this.op.timeoutMs)),
-        2_000,
-      );
+      this.hardTimer = setTimeout(() => {
+        if (!this.stopWaiting) return;
+        this.stoppedWaiting = true;
+        this.stopWaiting(new AttemptTimeout(this.op.timeoutMs));
+      }, HARD_TIMEOUT_AFTER_ABORT_MS);
       this.hardTimer.unref();
     }, this.op.timeoutMs);
     timeout.unref();
@@ -222,11 +226,15 @@ export class AttemptRun {
     // A marker write still in flight decides which side of the boundary we are on.
     if (this.markerWrite) await this.markerWrite.catch(() => undefined);
     onSettled?.();
-    const outcome = ok ? ({ state: 'SUCCEEDED' } as const) : this.classify(failure);
-    const error = ok ? undefined : toErrorInfo(failure);
+    const { outcome, error } = ok
+      ? { outcome: { state: 'SUCCEEDED' } as const, error: undefined }
+      : this.judge(failure);
     const end = await this.record(outcome, ok ? result : undefined, error, attempt.attemptNo);
     this.finished = true;
     clearTimeout(this.watchdog);
+    // An answer that came while the outcome was being written is evidence too.
+    const late = this.lateAnswer;
+    if (late) this.afterAbandoned(late.outcome, late.result, late.error);
     return end;
   }
 
@@ -238,7 +246,10 @@ export class AttemptRun {
     // The abandoned execute may still settle; that is late evidence, handled by the host.
     p.then(
       (r) => this.afterAbandoned({ state: 'SUCCEEDED' }, r, undefined),
-      (e) => this.afterAbandoned(this.classify(e), undefined, toErrorInfo(e)),
+      (e) => {
+        const { outcome, error } = this.judge(e);
+        this.afterAbandoned(outcome, undefined, error);
+      },
     );
     return new Promise<T>((resolve, reject) => {
       this.stopWaiting = reject;
@@ -246,13 +257,27 @@ export class AttemptRun {
     });
   }
 
+  /** The attempt stopped waiting for execute at the hard timeout (its outcome is UNKNOWN). */
+  private stoppedWaiting = false;
+  /** Execute settled after the attempt stopped waiting, before its outcome was written. */
+  private lateAnswer:
+    { outcome: AttemptOutcome; result: unknown; error: ErrorInfo | undefined } | undefined;
   private abandonedEnd: AttemptEnd | undefined;
+  /**
+   * Execute settled. In time, `run` records it; after the attempt stopped waiting (hard timeout)
+   * or gave up (shutdown), it is late evidence (invariant 7), handed over once the attempt's own
+   * outcome is written: it may then resolve that UNKNOWN outcome.
+   */
   private afterAbandoned(
     outcome: AttemptOutcome,
     result: unknown,
     error: ErrorInfo | undefined,
   ): void {
-    if (!this.finished || this.abandonedEnd) return;
+    if (!this.finished) {
+      if (this.stoppedWaiting) this.lateAnswer ??= { outcome, result, error };
+      return;
+    }
+    if (this.abandonedEnd) return;
     this.abandonedEnd = { kind: 'fenced', outcome, result, error };
     this.host
       .lateEvidence(this.claimed, outcome, result, error)
@@ -268,7 +293,11 @@ export class AttemptRun {
     return {
       jobId: job.id,
       attemptNo: attempt.attemptNo,
-      requestKey: job.requestKey,
+      requestKey:
+        // Test-only sabotage (core/unsafe.ts, NODE_ENV=test): a retry sends a fresh key.
+        DISABLED_SAFEGUARD === 'new-key-on-retry' && attempt.attemptNo > 1
+          ? `${job.requestKey}~${attempt.attemptNo}`
+          : job.requestKey,
       fingerprint: job.fingerprint,
       runId: job.runId,
       stepId: job.stepId,
@@ -295,6 +324,8 @@ export class AttemptRun {
         this.abortReason,
       );
     }
+    // Test-only sabotage (core/unsafe.ts, NODE_ENV=test): the side effect happens before its marker.
+    const early = DISABLED_SAFEGUARD === 'marker-after-dispatch' ? await settled(fn) : undefined;
     this.host.faults.hit('lease-expired-while-alive', this.lease);
     this.dispatchState = 'marking';
     const write = this.host.store.attemptDispatchMany({ leases: [this.lease] });
@@ -334,13 +365,31 @@ export class AttemptRun {
       queue: job.queue,
       queueAgeMs: mark.dispatchedAt - job.createdAt,
     });
-    const pending = fn();
+    const pending = early ? early() : fn();
     // A `throw` fault below abandons the request; its own rejection must not crash the process.
     Promise.resolve(pending).catch(() => undefined);
     this.host.faults.hit('after-send-before-response', this.lease);
     const value = await pending;
     this.host.faults.hit('after-response-before-commit', this.lease);
     return value;
+  }
+
+  /**
+   * The outcome of a failure and the error to journal. The operation's classifier is user code:
+   * if it throws, nothing proves the request did not leave, so the attempt is UNKNOWN and the
+   * journal keeps a `CallbackFailed` with the failure it was reading.
+   */
+  private judge(err: unknown): { outcome: AttemptOutcome; error: ErrorInfo } {
+    try {
+      return { outcome: this.classify(err), error: safeErrorInfo(err) };
+    } catch (classifierError) {
+      const failed = new CallbackFailed(this.op.name, 'classify', classifierError);
+      this.log.error({ err: toErrorInfo(failed) }, 'the classifier threw; the attempt is UNKNOWN');
+      return {
+        outcome: { state: 'UNKNOWN' },
+        error: { ...toErrorInfo(failed), details: { failure: safeErrorInfo(err) } },
+      };
+    }
   }
 
   /** DESIGN §4: after dispatch started, only DefiniteFailure (or the classifier) is definitive. */
@@ -476,6 +525,8 @@ export class AttemptRun {
       return { kind: 'fenced', outcome, result, error };
     }
     const applied = written;
+    if (!applied && DISABLED_SAFEGUARD === 'unfenced-outcome')
+      await writeUnfenced(this.host, this.claimed, next, finish).catch(() => undefined);
     if (!applied) {
       this.log.warn(
         { outcome: attemptState },
@@ -511,7 +562,50 @@ export class AttemptRun {
  * that is down.
  */
 export const OUTCOME_RETRY_INITIAL_MS = 100;
+/** After the timeout aborts `ctx.signal`, how long the attempt still waits for a real answer. */
+export const HARD_TIMEOUT_AFTER_ABORT_MS = 2_000;
 export const OUTCOME_RETRY_MAX_MS = 5_000;
+
+/** For the `marker-after-dispatch` sabotage: runs `fn` to its end; replays how it ended. */
+async function settled<T>(fn: () => Promise<T>): Promise<() => Promise<T>> {
+  try {
+    const value = await fn();
+    return () => Promise.resolve(value);
+  } catch (err) {
+    return () => {
+      throw err;
+    };
+  }
+}
+
+/**
+ * For the `unfenced-outcome` sabotage: what a store without the lease fence on outcomes would
+ * do, written through a path that has no lease to check: the fenced-out worker's outcome moves
+ * the job, whoever holds it now.
+ */
+async function writeUnfenced(
+  host: AttemptHost,
+  claimed: ClaimedAttempt,
+  next: { to: JobState; delayMs?: number },
+  finish: AttemptFinish,
+): Promise<void> {
+  const now = await host.store.jobGet({ id: claimed.job.id });
+  if (!now || now.job.state === next.to) return;
+  await host.store.jobTransition({
+    jobId: now.job.id,
+    from: now.job.state,
+    to: next.to,
+    expectAttemptNo: now.job.attemptCount,
+    ...(next.delayMs !== undefined ? { delayMs: next.delayMs } : {}),
+    ...(next.to === 'SUCCEEDED' ? { resultJson: finish.resultJson } : {}),
+    ...(next.to === 'FAILED' && finish.error ? { error: finish.error } : {}),
+    event: {
+      kind: 'unfenced-outcome',
+      actor: host.ownerId,
+      detail: { attemptNo: claimed.attempt.attemptNo, state: finish.state },
+    },
+  });
+}
 
 function provablyNotSent(err: unknown): boolean {
   const code = errorCode(err);

@@ -8,7 +8,10 @@
  *   RECKON_FAULTS="after-response-before-commit=kill%0.05"     kill with probability 0.05 per hit
  *
  * `pause` freezes the whole thread (Atomics.wait), as a GC pause or SIGSTOP would: timers and
- * heartbeats stop too, which is what lets a lease expire while the process is alive.
+ * heartbeats stop too, which is what lets a lease expire while the process is alive. With
+ * `RECKON_FAULTS_RESUME_FILE=<path>`, a pause also ends as soon as that file exists (it is then
+ * removed, so the next pause waits for it again): a test ends the pause when what it waited for
+ * has happened, with the pause's length as a cap, instead of guessing a length.
  * Probabilistic faults draw from a seeded generator (`RECKON_FAULTS_SEED`), so a run replays.
  *
  * Where each point is:
@@ -32,6 +35,8 @@
  *                                 yet written
  *   reclaimer-startup             the first pass of each reclaimer
  */
+import { existsSync, rmSync } from 'node:fs';
+import { performance } from 'node:perf_hooks';
 import { InvalidInput, ReckonError } from '../core/errors.js';
 
 export const FAULT_POINTS = [
@@ -78,13 +83,19 @@ export class Faults {
   /** What fired, for test assertions and logs. */
   readonly fired: { point: FaultPoint; action: FaultAction; detail?: unknown }[] = [];
   onFire?: (point: FaultPoint, action: FaultAction, detail?: unknown) => void;
+  /** A pause ends early once this file exists (see the header). */
+  resumeFile: string | undefined;
 
-  constructor(seed = 1) {
+  constructor(seed = 1, resumeFile?: string) {
     this.random = mulberry32(seed);
+    this.resumeFile = resumeFile;
   }
 
   static fromEnv(env: NodeJS.ProcessEnv = process.env): Faults {
-    const faults = new Faults(Number(env.RECKON_FAULTS_SEED ?? 1) || 1);
+    const faults = new Faults(
+      Number(env.RECKON_FAULTS_SEED ?? 1) || 1,
+      env.RECKON_FAULTS_RESUME_FILE || undefined,
+    );
     for (const spec of parseFaults(env.RECKON_FAULTS ?? '')) faults.arm(spec);
     return faults;
   }
@@ -120,12 +131,12 @@ export class Faults {
       f.fired++;
       this.fired.push({ point, action: f.action, detail });
       this.onFire?.(point, f.action, detail);
-      fire(f, point);
+      fire(f, point, this.resumeFile);
     }
   }
 }
 
-function fire(f: Armed, point: FaultPoint): void {
+function fire(f: Armed, point: FaultPoint, resumeFile: string | undefined): void {
   switch (f.action) {
     case 'kill':
       process.kill(process.pid, 'SIGKILL');
@@ -133,16 +144,31 @@ function fire(f: Armed, point: FaultPoint): void {
       freezeMs(60_000);
       return;
     case 'pause':
-      freezeMs(f.pauseMs ?? 1_000);
+      freezeMs(f.pauseMs ?? 1_000, resumeFile);
       return;
     case 'throw':
       throw new InjectedFault(point);
   }
 }
 
-/** Blocks the thread: no timers, no I/O callbacks, no heartbeats. */
-export function freezeMs(ms: number): void {
-  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+/**
+ * Blocks the thread: no timers, no I/O callbacks, no heartbeats. For `ms`, or until
+ * `resumeFile` exists (looked for every 10 ms, then removed).
+ */
+export function freezeMs(ms: number, resumeFile?: string): void {
+  const cell = new Int32Array(new SharedArrayBuffer(4));
+  if (!resumeFile) {
+    Atomics.wait(cell, 0, 0, ms);
+    return;
+  }
+  const end = performance.now() + ms;
+  for (let left = ms; left > 0; left = end - performance.now()) {
+    if (existsSync(resumeFile)) {
+      rmSync(resumeFile, { force: true });
+      return;
+    }
+    Atomics.wait(cell, 0, 0, Math.min(left, 10));
+  }
 }
 
 const SPEC_RE = /^([a-z-]+)=(throw|kill|pause)(?::(\d+))?(?:@(\d+))?(\*)?(?:%([0-9.]+))?$/;

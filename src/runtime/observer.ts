@@ -4,6 +4,7 @@
  * the store (queue depth, UNKNOWN counts) are not here: they are read from the store, so they
  * are right across many worker processes.
  */
+import { safeMessage } from '../core/errors.js';
 import type { Logger } from '../core/operation.js';
 
 export type DuplicatePreventionKind =
@@ -60,3 +61,26 @@ export const silentLogger: Logger = {
   warn: () => undefined,
   error: () => undefined,
 };
+
+/**
+ * The user's logger, made unable to break what it reports on: a logger that throws (a full
+ * disk, a bug) loses that line, written once to stderr instead; the worker goes on.
+ */
+export function safeLogger(logger: Logger | undefined): Logger {
+  if (!logger || logger === silentLogger) return silentLogger;
+  let warned = false;
+  const guard =
+    (level: keyof Logger) =>
+    (obj: object, msg?: string): void => {
+      try {
+        logger[level](obj, msg);
+      } catch (err) {
+        if (warned) return;
+        warned = true;
+        process.stderr.write(
+          `reckon: the logger threw (${safeMessage(err)}); its lines are dropped while it does\n`,
+        );
+      }
+    };
+  return { debug: guard('debug'), info: guard('info'), warn: guard('warn'), error: guard('error') };
+}

@@ -4,7 +4,13 @@
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import { v7 as uuidv7 } from 'uuid';
-import { InvalidInput, JobNotFound, JobStateConflict, UnknownOperation } from '../core/errors.js';
+import {
+  InvalidInput,
+  JobNotFound,
+  JobStateConflict,
+  UnknownOperation,
+  safeMessage,
+} from '../core/errors.js';
 import { encodePayload, fingerprintOf, sha256Hex, type Json } from '../core/json.js';
 import {
   approvalOf,
@@ -17,7 +23,7 @@ import type { JobState } from '../core/states.js';
 import { isJobState } from '../core/states.js';
 import type { JobDetail, JobInsert, JobInsertResult, JobRecord, Store } from '../store/store.js';
 import { Approvals } from './approvals.js';
-import { noopObserver, silentLogger, type RuntimeObserver } from './observer.js';
+import { noopObserver, safeLogger, silentLogger, type RuntimeObserver } from './observer.js';
 import { Faults } from './faults.js';
 import { Reclaimer } from './reclaimer.js';
 import { Review } from './review.js';
@@ -104,7 +110,7 @@ export class Queue {
 
   constructor(store: Store, options: QueueOptions = {}) {
     this.store = store;
-    this.log = options.logger ?? silentLogger;
+    this.log = safeLogger(options.logger);
     this.faults = options.faults ?? Faults.fromEnv();
     this.observer = options.observer ?? noopObserver;
     this.payloadBytesMax = options.payloadBytesMax ?? LIMITS.payloadBytesMax;
@@ -297,7 +303,7 @@ export class Queue {
     // the stored text; with one, it sees the input as the operation will (parsed from the text).
     const inputJson = encodePayload(input, what, this.payloadBytesMax);
     const fingerprint = op.spec.fingerprint
-      ? fingerprintOf(op.spec.fingerprint(JSON.parse(inputJson) as Json))
+      ? this.userFingerprint(op, inputJson, what)
       : sha256Hex(inputJson);
     const approval = approvalOf(op, input);
     const id = uuidv7();
@@ -339,6 +345,17 @@ export class Queue {
       reconcileGraceMs: Math.round(op.reconcile.graceMs),
       ...(approval ? { approval: { ...approval, expiresInMs: op.approvalTimeoutMs } } : {}),
     };
+  }
+
+  /** The operation's own fingerprint function is user code: a throw is the caller's bad input. */
+  private userFingerprint(op: AnyOperation, inputJson: string, what: string): string {
+    let identity: unknown;
+    try {
+      identity = op.spec.fingerprint!(JSON.parse(inputJson) as Json);
+    } catch (err) {
+      throw new InvalidInput(`${what}: ${op.name}.fingerprint threw: ${safeMessage(err)}`);
+    }
+    return fingerprintOf(identity, `${what}: what ${op.name}.fingerprint returned`);
   }
 
   private requestKeyOf(item: EnqueueOptions, id: string, what: string): string {

@@ -10,7 +10,7 @@ import { seedOf } from '../core/retry.js';
 import type { AttemptExpire, JobRecord, Store } from '../store/store.js';
 import type { Faults } from './faults.js';
 import type { RuntimeObserver } from './observer.js';
-import type { JobEvent } from './worker.js';
+import type { JobEvent } from './events.js';
 
 interface ReclaimerHost {
   readonly store: Store;

@@ -22,7 +22,7 @@ import type {
 } from '../store/store.js';
 import { policyOf } from './reclaimer.js';
 import type { RuntimeObserver } from './observer.js';
-import type { JobEvent } from './worker.js';
+import type { JobEvent } from './events.js';
 
 interface ReconcilerHost {
   readonly store: Store;

@@ -3,8 +3,10 @@
  * the decision, its actor and note are kept in the journal.
  */
 import { InvalidInput, JobNotFound, JobStateConflict } from '../core/errors.js';
-import type { JobDetail, JobRecord } from '../store/store.js';
-import type { Queue } from './queue.js';
+import type { Logger } from '../core/operation.js';
+import type { JobState } from '../core/states.js';
+import type { JobDetail, JobRecord, Store } from '../store/store.js';
+import type { RuntimeObserver } from './observer.js';
 
 export type ReviewDecision = 'succeeded' | 'failed' | 'retry';
 
@@ -15,8 +17,16 @@ export interface ResolveOptions {
   note?: string;
 }
 
+/** What review needs of the queue (`Queue` passes itself), so review does not import it. */
+export interface ReviewHost {
+  readonly store: Store;
+  readonly log: Logger;
+  readonly observer: RuntimeObserver;
+  jobs(query: { state: JobState; limit: number; operation?: string }): Promise<JobRecord[]>;
+}
+
 export class Review {
-  constructor(private readonly queue: Queue) {}
+  constructor(private readonly queue: ReviewHost) {}
 
   /** NEEDS_REVIEW jobs with their attempts and events, oldest first. */
   async list(options: { limit?: number; operation?: string } = {}): Promise<JobDetail[]> {

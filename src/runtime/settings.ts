@@ -2,6 +2,7 @@
  * Every limit and interval of the runtime, named with its unit last, validated once.
  */
 import { InvalidInput } from '../core/errors.js';
+import { JSON_DEPTH_MAX } from '../core/json.js';
 
 export const LIMITS = {
   /** Largest input accepted at enqueue, as JSON bytes. 1 MiB keeps rows small enough to claim fast. */
@@ -10,6 +11,8 @@ export const LIMITS = {
   requestKeyLengthMax: 512,
   /** One enqueueMany call is one transaction; bigger batches hold the write lock too long. */
   enqueueBatchMax: 10_000,
+  /** Objects and arrays nested in one another in a payload (core/json.ts). */
+  jsonDepthMax: JSON_DEPTH_MAX,
 } as const;
 
 export interface WorkerSettings {

@@ -10,7 +10,7 @@ import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { randomBytes } from 'node:crypto';
-import { toErrorInfo, type ErrorInfo } from '../core/errors.js';
+import { CallbackFailed, toErrorInfo, type ErrorInfo } from '../core/errors.js';
 import type { AttemptOutcome } from '../core/decide.js';
 import type { Logger, AnyOperation } from '../core/operation.js';
 import type { ClaimedAttempt, Store } from '../store/store.js';
@@ -18,11 +18,13 @@ import { AttemptRun, type AttemptHost } from './attempt.js';
 import type { Faults } from './faults.js';
 import type { RuntimeObserver } from './observer.js';
 import { recordLateEvidence } from './evidence.js';
-import type { Queue } from './queue.js';
+import type { JobEvent } from './events.js';
 import { Reclaimer } from './reclaimer.js';
 import { Reconciler } from './reconciler.js';
 import { Retention, retentionSettings, type RetentionOptions } from './retention.js';
 import { workerSettings, type WorkerSettings } from './settings.js';
+
+export type { JobEvent } from './events.js';
 
 export interface WorkerOptions extends Partial<WorkerSettings> {
   operations: AnyOperation[];
@@ -32,16 +34,21 @@ export interface WorkerOptions extends Partial<WorkerSettings> {
   retention?: RetentionOptions;
 }
 
-export interface JobEvent {
-  jobId: string;
-  attemptNo: number;
-  operation: string;
-  requestKey: string;
-  input: unknown;
-  result?: unknown;
-  error?: ErrorInfo;
-  state: string;
-  resolution?: string;
+/**
+ * What a worker needs of the queue that made it (`Queue` passes itself): the worker does not
+ * import the queue, so imports in src/runtime point one way (queue -> worker -> the rest).
+ */
+export interface WorkerHost {
+  readonly store: Store;
+  readonly faults: Faults;
+  readonly log: Logger;
+  readonly observer: RuntimeObserver;
+  /** Emits 'enqueued' (operation name) for enqueues of this process. */
+  readonly notifier: EventEmitter;
+  /** The queue's registered operation of this name (for the reclaimer). */
+  operation(name: string): AnyOperation | undefined;
+  /** Ends approvals past their deadline (the worker's recovery loops run it). */
+  readonly approvals: { expireOnce(actor: string): Promise<unknown> };
 }
 
 export class Worker extends EventEmitter implements AttemptHost {
@@ -106,7 +113,7 @@ export class Worker extends EventEmitter implements AttemptHost {
   }
 
   constructor(
-    private readonly queue: Queue,
+    private readonly queue: WorkerHost,
     options: WorkerOptions,
   ) {
     super();
@@ -293,6 +300,53 @@ export class Worker extends EventEmitter implements AttemptHost {
       stop.addEventListener('abort', done, { once: true });
       if (wakeable) this.wake = done;
     });
+  }
+
+  /**
+   * Calls each listener on its own, so that one that throws (or rejects) neither crashes the
+   * worker nor keeps the next listener from running; the error is logged, emitted as 'error'
+   * (when someone listens) and journaled on the job the event was about (`callback-error`).
+   */
+  override emit(event: string | symbol, ...args: unknown[]): boolean {
+    const listeners = this.rawListeners(event) as ((...a: unknown[]) => unknown)[];
+    if (listeners.length === 0) return super.emit(event, ...args);
+    for (const listener of listeners) {
+      try {
+        const r = listener.apply(this, args);
+        if (r instanceof Promise)
+          r.catch((err: unknown) => this.listenerFailed(event, args[0], err));
+      } catch (err) {
+        this.listenerFailed(event, args[0], err);
+      }
+    }
+    return true;
+  }
+
+  private listenerFailed(event: string | symbol, payload: unknown, err: unknown): void {
+    const job = payload as Partial<JobEvent> | undefined;
+    const callback = `listener:${String(event)}`;
+    const failure = new CallbackFailed(job?.operation ?? 'worker', callback, err);
+    this.log.error(
+      { jobId: job?.jobId, attemptNo: job?.attemptNo, err: toErrorInfo(failure) },
+      'an event listener threw',
+    );
+    if (event !== 'error' && this.listenerCount('error') > 0) this.emit('error', failure);
+    if (typeof job?.jobId !== 'string') return;
+    this.store
+      .eventAppendMany({
+        events: [
+          {
+            jobId: job.jobId,
+            attemptNo: job.attemptNo ?? null,
+            kind: 'callback-error',
+            actor: this.ownerId,
+            detail: { callback, error: toErrorInfo(failure) },
+          },
+        ],
+      })
+      .catch((e: unknown) =>
+        this.log.error({ err: toErrorInfo(e) }, 'listener error not journaled'),
+      );
   }
 
   private reportError(where: string, err: unknown): void {

@@ -15,7 +15,7 @@ export interface ApiOptions {
   queue: Queue;
   /** Health of the store, with the thresholds the server was started with. */
   health: (stats: StoreStats, approvals?: ApprovalStats) => { healthy: boolean; checks: unknown[] };
-  /** Bearer token for write routes (and for every /api route when `protectReads`). No token: writes refused. */
+  /** Bearer token for write routes (and for every /api route and /metrics when `protectReads`). No token: writes refused. */
   token?: string;
   protectReads?: boolean;
 }
@@ -29,6 +29,16 @@ export function apiRoutes(options: ApiOptions): RouteHandler {
     if (url.pathname === '/' && req.method === 'GET') {
       res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' }).end(DASHBOARD_HTML);
       return true;
+    }
+    if (url.pathname === '/metrics' && options.protectReads) {
+      try {
+        authorize(req, options.token, false);
+      } catch (err) {
+        if (err instanceof HttpError)
+          return send(res, err.status, { error: { code: err.code, message: err.message } });
+        throw err;
+      }
+      return false;
     }
     if (!url.pathname.startsWith('/api/')) return false;
     const write = req.method !== 'GET' && req.method !== 'HEAD';
@@ -77,7 +87,7 @@ export function apiRoutes(options: ApiOptions): RouteHandler {
         parts.length === 3 &&
         parts[2] === 'resolve'
       ) {
-        const body = (await readJson(req)) as { as?: unknown; actor?: unknown; note?: unknown };
+        const body = await readJsonObject(req);
         const job = await queue.review.resolve(parts[1]!, {
           as: body.as as never,
           actor: typeof body.actor === 'string' ? body.actor : '',
@@ -121,7 +131,7 @@ async function approvalRoutes(
     return send(res, 200, { jobs });
   }
   if (req.method === 'POST' && parts.length === 2) {
-    const body = (await readJson(req)) as { approve?: unknown; actor?: unknown; note?: unknown };
+    const body = await readJsonObject(req);
     const job = await queue.approvals.decide(parts[1]!, {
       approve: body?.approve as boolean,
       actor: typeof body?.actor === 'string' ? body.actor : '',
@@ -167,6 +177,18 @@ function send(res: ServerResponse, status: number, body: unknown): true {
     })
     .end(JSON.stringify(body));
   return true;
+}
+
+/** A body that must be one JSON object: `null`, arrays and scalars are a 400, not a crash. */
+async function readJsonObject(req: IncomingMessage): Promise<Record<string, unknown>> {
+  const body = await readJson(req);
+  if (typeof body !== 'object' || body === null || Array.isArray(body))
+    throw new HttpError(
+      400,
+      'INVALID_BODY',
+      `the request body must be a JSON object (the decision and its actor), got ${body === null ? 'null' : Array.isArray(body) ? 'an array' : typeof body}`,
+    );
+  return body as Record<string, unknown>;
 }
 
 async function readJson(req: IncomingMessage): Promise<unknown> {

@@ -6,6 +6,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Metrics } from '../observe/metrics.js';
+import { hostAllowed } from './host-check.js';
 
 export interface HttpEndpoint {
   readonly url: string;
@@ -26,6 +27,11 @@ export interface MetricsServerOptions {
   host?: string;
   /** Extra routes tried before /metrics and /healthz; return true when handled. */
   routes?: RouteHandler[];
+  /**
+   * Check the `Host` header (DNS rebinding): accept the bound address, localhost, IP literals
+   * and these names (`*`: any). Unset: no check.
+   */
+  allowedHosts?: readonly string[];
 }
 
 export async function startMetricsServer(options: MetricsServerOptions): Promise<HttpEndpoint> {
@@ -37,6 +43,17 @@ export async function startMetricsServer(options: MetricsServerOptions): Promise
     });
   });
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const allowed = options.allowedHosts;
+    if (allowed && !hostAllowed(req.headers.host, { bound: host, allowed })) {
+      const message =
+        `Host ${JSON.stringify(req.headers.host)} is not this server's address: refused, so that ` +
+        'a web page cannot reach it by DNS rebinding. Use the address it listens on or ' +
+        'localhost, or start it with --allowed-hosts <name> (or RECKON_SERVE_ALLOWED_HOSTS)';
+      res
+        .writeHead(421, { 'content-type': 'application/json; charset=utf-8' })
+        .end(JSON.stringify({ error: { code: 'HOST_NOT_ALLOWED', message } }));
+      return;
+    }
     const url = new URL(req.url ?? '/', `http://${req.headers.host ?? 'localhost'}`);
     for (const route of options.routes ?? []) if (await route(req, res, url)) return;
     if (req.method !== 'GET' && req.method !== 'HEAD') {

@@ -16,6 +16,7 @@ import type {
 } from './chaos-types.js';
 import type { BehaviourPolicy, Downstream } from './downstream.js';
 import { downstreamOperation, type Flavour } from './operations.js';
+import type { EffectLedger } from './verdict.js';
 
 const FLAVOUR_MIX: Flavour[] = ['lookup', 'lookup', 'idempotent', 'idempotent', 'none'];
 const ENQUEUE_BATCH_MAX = 500;
@@ -96,7 +97,7 @@ export async function ledgerFor(
   ledger: ChaosLedger | undefined,
   downstream: Downstream | undefined,
   details: JobDetail[],
-): Promise<{ effectsOf(key: string): number }> {
+): Promise<EffectLedger> {
   if (!ledger) return downstream!;
   if (ledger instanceof Map) {
     const map = ledger as ReadonlyMap<string, number>;

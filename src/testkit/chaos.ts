@@ -198,7 +198,8 @@ export async function runChaos(options: ChaosOptions = {}): Promise<ChaosReport>
     await fleet.stopAll();
     ids.push(...[...fleet.enqueued.values()].map((e) => e.id));
     const details = await jobDetails(q, ids);
-    const verdict = judgeDetails(details, await ledgerFor(options.ledger, downstream, details));
+    const ledger = await ledgerFor(options.ledger, downstream, details);
+    const verdict = judgeDetails(details, ledger, { complete: true });
     return report(o, {
       storeUrl,
       custom,

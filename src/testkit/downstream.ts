@@ -218,6 +218,11 @@ export class Downstream {
     return this.effects.get(key) ?? 0;
   }
 
+  /** Every key with a committed effect. */
+  effectKeys(): Iterable<string> {
+    return this.effects.keys();
+  }
+
   /** POSTs received for a key (each attempt that reached the service). */
   requestsOf(key: string): number {
     return this.posts.get(key) ?? 0;

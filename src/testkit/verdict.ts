@@ -6,10 +6,12 @@
  */
 import { JOB_STATES, type JobState } from '../core/states.js';
 import type { Queue } from '../runtime/queue.js';
-import type { JobDetail } from '../store/store.js';
+import type { AttemptRecord, EventRecord, JobDetail, JobRecord } from '../store/store.js';
 
 export interface EffectLedger {
   effectsOf(key: string): number;
+  /** Every key the downstream committed an effect for, when it can tell (the test kit's can). */
+  effectKeys?(): Iterable<string>;
 }
 
 /** What kind of promise a finding says was broken. */
@@ -21,6 +23,10 @@ export type ViolationKind =
   | 'review-without-evidence'
   | 'unknown-without-marker'
   | 'not-sent-with-marker'
+  | 'request-key-changed'
+  | 'effect-under-unknown-key'
+  | 'broken-event-chain'
+  | 'attempt-left-leased'
   | 'unapproved-attempt'
   | 'lost';
 
@@ -29,7 +35,8 @@ export interface Violation {
   kind: ViolationKind;
   jobId: string;
   requestKey: string;
-  state: JobState;
+  /** null for an effect under a key no job has. */
+  state: JobState | null;
   effects: number;
   message: string;
 }
@@ -73,7 +80,19 @@ export async function jobDetails(q: Queue, jobIds?: string[]): Promise<JobDetail
   });
 }
 
-export function judgeDetails(details: JobDetail[], ledger: EffectLedger): Verdict {
+export interface JudgeOptions {
+  /**
+   * The details are every job of the run: an effect under a key none of them has is then a
+   * request sent with a key the journal does not know (invariant 6). Off for a subset of jobs.
+   */
+  complete?: boolean;
+}
+
+export function judgeDetails(
+  details: JobDetail[],
+  ledger: EffectLedger,
+  options: JudgeOptions = {},
+): Verdict {
   const byState = Object.fromEntries(JOB_STATES.map((s) => [s, 0])) as Record<JobState, number>;
   const v: Verdict = {
     jobs: details.length,
@@ -136,18 +155,98 @@ export function judgeDetails(details: JobDetail[], ledger: EffectLedger): Verdic
           'NEEDS_REVIEW without an UNKNOWN attempt and its review event',
         );
     }
-    for (const a of attempts) {
-      if (a.state === 'UNKNOWN' && a.dispatchedAt === null)
-        flag('unknown-without-marker', `attempt ${a.attemptNo} UNKNOWN without a dispatch marker`);
-      if (a.reason === 'lease-expired-before-dispatch' && a.dispatchedAt !== null)
-        flag('not-sent-with-marker', `attempt ${a.attemptNo} called not-sent despite its marker`);
-    }
+    for (const [kind, what] of attemptProblems(job, attempts)) flag(kind, what);
+    const chain = eventChainProblem(job.state, events);
+    if (chain) flag('broken-event-chain', `${chain} (invariant 8)`);
   }
+  if (options.complete) flagUnknownKeys(v, details, ledger);
   return v;
 }
 
+/** What is wrong with a job's attempts, each as a finding's kind and message. */
+function attemptProblems(job: JobRecord, attempts: AttemptRecord[]): [ViolationKind, string][] {
+  const out: [ViolationKind, string][] = [];
+  for (const a of attempts) {
+    if (a.requestKey !== job.requestKey)
+      out.push([
+        'request-key-changed',
+        `attempt ${a.attemptNo} carries request key ${a.requestKey}, not its job's (invariant 6)`,
+      ]);
+    // One owner: an attempt is LEASED only as the job's latest, with the job LEASED.
+    if (a.state === 'LEASED' && (job.state !== 'LEASED' || a.attemptNo !== job.attemptCount))
+      out.push([
+        'attempt-left-leased',
+        `attempt ${a.attemptNo} still LEASED while its job is ${job.state} at attempt ${job.attemptCount}: the job moved on without its owner's end`,
+      ]);
+    if (a.state === 'UNKNOWN' && a.dispatchedAt === null)
+      out.push([
+        'unknown-without-marker',
+        `attempt ${a.attemptNo} UNKNOWN without a dispatch marker`,
+      ]);
+    if (a.reason === 'lease-expired-before-dispatch' && a.dispatchedAt !== null)
+      out.push([
+        'not-sent-with-marker',
+        `attempt ${a.attemptNo} called not-sent despite its marker`,
+      ]);
+  }
+  return out;
+}
+
+/** Effects under keys none of the (complete) jobs has: requests the journal does not know. */
+function flagUnknownKeys(v: Verdict, details: JobDetail[], ledger: EffectLedger): void {
+  if (!ledger.effectKeys) return;
+  const known = new Set(details.map((d) => d.job.requestKey));
+  for (const key of ledger.effectKeys()) {
+    if (known.has(key)) continue;
+    const effects = ledger.effectsOf(key);
+    v.violations.push(
+      `key ${key} (${effects} effects): an effect under a request key no job has: a request left with a key the journal does not know (invariant 6)`,
+    );
+    v.findings.push({
+      kind: 'effect-under-unknown-key',
+      jobId: '',
+      requestKey: key,
+      state: null,
+      effects,
+      message: 'an effect under a request key no job has (invariant 6)',
+    });
+  }
+}
+
+/**
+ * Invariant 8 on one job's events, in the order they were appended. The events that change
+ * state are those with a to-state (enqueued, leased, an attempt's end, reclaimed, reconciled,
+ * resolved, cancelled, ...); the others (dispatched, enqueue-deduplicated, late-evidence,
+ * callback-error) record facts and have neither state. The first state-changing event starts
+ * from no state; each next one starts from the previous one's to-state; the last one's
+ * to-state is the job's state. Returns what is wrong, or null.
+ */
+export function eventChainProblem(
+  jobState: JobState,
+  events: readonly Pick<EventRecord, 'id' | 'kind' | 'fromState' | 'toState'>[],
+): string | null {
+  let state: string | null = null;
+  let changes = 0;
+  for (const e of events) {
+    if (e.toState === null) {
+      if (e.fromState !== null)
+        return `event ${e.id} (${e.kind}) leaves ${e.fromState} for no state`;
+      continue;
+    }
+    if (e.fromState !== state)
+      return changes === 0
+        ? `the first state-changing event ${e.id} (${e.kind}) starts from ${e.fromState}, not from nothing`
+        : `event ${e.id} (${e.kind}) starts from ${e.fromState ?? 'no state'}, but the job was ${state ?? 'in no state'}`;
+    state = e.toState;
+    changes++;
+  }
+  if (changes === 0) return 'no event records how the job got its state';
+  if (state !== jobState) return `the last event leaves the job ${state}, but it is ${jobState}`;
+  return null;
+}
+
 export async function judge(q: Queue, ledger: EffectLedger, jobIds?: string[]): Promise<Verdict> {
-  return judgeDetails(await jobDetails(q, jobIds), ledger);
+  return judgeDetails(await jobDetails(q, jobIds), ledger, { complete: jobIds === undefined });
 }
 
 /** No job left QUEUED, LEASED or UNKNOWN. */

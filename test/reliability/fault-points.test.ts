@@ -132,7 +132,8 @@ describe.each(STORE_KINDS)('DESIGN §7 fault points on %s', (kind) => {
     await rig.worker({ operations: [rig.op('none')] });
     await rig.settle();
     await until('the abandoned request to fail', () => rig.downstream.stats.byAction.reset === 1);
-    await new Promise((r) => setTimeout(r, 100));
+    // An unhandled rejection of the abandoned request would surface once the event loop turns.
+    await new Promise((r) => setImmediate(r));
     expectKeptPromises(await rig.verdict([id!]));
     const { job, attempts } = await rig.job(id!);
     expect(job.state).toBe('NEEDS_REVIEW');
@@ -197,14 +198,13 @@ describe.each(STORE_KINDS)('DESIGN §7 fault points on %s', (kind) => {
   it('lease-expired-while-alive: frozen past its lease before dispatch, one owner, the late dispatch is refused', async (ctx) => {
     const rig = await Rig.open(ctx, kind);
     const [id] = await rig.enqueue('none', 1);
-    // The pause must outlast the rescuer's start as well as the lease: a child process takes up
-    // to 2-3 s to boot on a loaded 2-core CI machine, and if the frozen worker woke first it would
-    // (rightly) be refused and then take the job again itself.
-    const frozen = rig.child({
-      faults: 'lease-expired-while-alive=pause:5000',
-      concurrency: 1,
-      ownerId: 'frozen',
-    });
+    // Frozen until the rescuer has done the job (the minute is only a cap): however long the
+    // rescuer takes to boot, the frozen worker cannot wake first.
+    const pause = rig.pauseControl();
+    const frozen = rig.child(
+      { faults: 'lease-expired-while-alive=pause:60000', concurrency: 1, ownerId: 'frozen' },
+      pause.env,
+    );
     await until(
       'the claim by the frozen worker',
       async () => (await rig.job(id!)).job.state === 'LEASED',
@@ -215,6 +215,7 @@ describe.each(STORE_KINDS)('DESIGN §7 fault points on %s', (kind) => {
       async () => (await rig.job(id!)).job.state === 'SUCCEEDED',
     );
     // The frozen worker wakes, tries to dispatch, is refused, and reports what it knows.
+    pause.resume();
     const detail = await until('the late report of the frozen worker', async () => {
       const d = await rig.job(id!);
       return d.events.some((e) => e.kind === 'late-evidence') && d;

@@ -3,6 +3,10 @@
  * fake downstream with its effect ledger, a queue in the test process for enqueueing and
  * reading the journal, and worker child processes that the test can kill -9.
  */
+import { randomBytes } from 'node:crypto';
+import { rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { TestContext } from 'vitest';
 import { openQueue, type Queue } from '../../src/index.js';
 import type { OpenQueueOptions } from '../../src/index.js';
@@ -58,6 +62,7 @@ export const FAST = {
 export class Rig {
   private readonly children: WorkerChild[] = [];
   private readonly workers: Worker[] = [];
+  private readonly resumeFiles: string[] = [];
 
   private constructor(
     readonly kind: StoreKind,
@@ -88,8 +93,8 @@ export class Rig {
     return jobs.map((j) => j.id);
   }
 
-  /** A worker child process on this rig's store and downstream. */
-  child(config: Partial<WorkerChildConfig> = {}): WorkerChild {
+  /** A worker child process on this rig's store and downstream (`env`: more environment). */
+  child(config: Partial<WorkerChildConfig> = {}, env: Record<string, string> = {}): WorkerChild {
     const c = startWorkerChild(
       {
         storeUrl: this.store.url,
@@ -97,10 +102,23 @@ export class Rig {
         ...FAST,
         ...config,
       },
-      { echoStderr: process.env.RECKON_TEST_ECHO === '1' },
+      { echoStderr: process.env.RECKON_TEST_ECHO === '1', env },
     );
     this.children.push(c);
     return c;
+  }
+
+  /**
+   * Ends fault pauses when the test says so: give `env` to the paused child (its `pause` faults
+   * then last until `resume()`, their length only a cap; see faults.ts).
+   */
+  pauseControl(): { env: Record<string, string>; resume(): void } {
+    const file = join(tmpdir(), `reckon-resume-${randomBytes(6).toString('hex')}`);
+    this.resumeFiles.push(file);
+    return {
+      env: { RECKON_FAULTS_RESUME_FILE: file },
+      resume: () => writeFileSync(file, ''),
+    };
   }
 
   /** A worker in the test process. */
@@ -140,6 +158,7 @@ export class Rig {
     await this.q.close();
     await this.downstream.close();
     await this.store.drop();
+    for (const f of this.resumeFiles) rmSync(f, { force: true });
   }
 }
 

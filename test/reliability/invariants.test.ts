@@ -14,12 +14,12 @@ describe.each(STORE_KINDS)('fencing and late evidence on %s', (kind) => {
   it('a worker frozen past its lease after dispatch is fenced; its late result resolves the job (late-worker)', async (ctx) => {
     const rig = await Rig.open(ctx, kind);
     const [id] = await rig.enqueue('none', 1);
-    // Long enough for the rescuer to boot and reclaim first, even on a loaded CI machine.
-    const frozen = rig.child({
-      faults: 'after-response-before-commit=pause:5000',
-      ownerId: 'frozen',
-      concurrency: 1,
-    });
+    // Frozen until the test resumes it, once the rescuer has reclaimed (the minute is a cap).
+    const pause = rig.pauseControl();
+    const frozen = rig.child(
+      { faults: 'after-response-before-commit=pause:60000', ownerId: 'frozen', concurrency: 1 },
+      pause.env,
+    );
     await until(
       'the effect, before the worker freezes',
       () => rig.downstream.effectsOf('none-0') === 1,
@@ -27,6 +27,7 @@ describe.each(STORE_KINDS)('fencing and late evidence on %s', (kind) => {
     rig.child({ ownerId: 'rescuer' });
     // No lookup, no dedup: the rescuer can only hand the job to a person...
     await until('NEEDS_REVIEW', async () => (await rig.job(id!)).job.state === 'NEEDS_REVIEW');
+    pause.resume();
     // ...until the frozen worker wakes with the answer it got, and the journal keeps it.
     const { job, attempts, events } = await until('the late result', async () => {
       const d = await rig.job(id!);
@@ -60,16 +61,21 @@ describe.each(STORE_KINDS)('fencing and late evidence on %s', (kind) => {
   it("when a lookup settled the job first, the frozen worker's late result is kept as a late-evidence event", async (ctx) => {
     const rig = await Rig.open(ctx, kind);
     const [id] = await rig.enqueue('lookup', 1);
-    rig.child({
-      faults: 'after-response-before-commit=pause:5000',
-      ownerId: 'frozen',
-      concurrency: 1,
-    });
+    const pause = rig.pauseControl();
+    rig.child(
+      { faults: 'after-response-before-commit=pause:60000', ownerId: 'frozen', concurrency: 1 },
+      pause.env,
+    );
     await until(
       'the effect, before the worker freezes',
       () => rig.downstream.effectsOf('lookup-0') === 1,
     );
     rig.child({ ownerId: 'rescuer' });
+    await until(
+      'the lookup settles the job',
+      async () => (await rig.job(id!)).job.state === 'SUCCEEDED',
+    );
+    pause.resume();
     const { job, attempts, events } = await until('the late-evidence event', async () => {
       const d = await rig.job(id!);
       return d.events.some((e) => e.kind === 'late-evidence') && d;

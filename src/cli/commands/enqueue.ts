@@ -1,10 +1,12 @@
 /**
  * `reckon enqueue <operation> [input-json]`: durably accepts one job.
  */
-import { readFile } from 'node:fs/promises';
+import { open } from 'node:fs/promises';
+import type { Readable } from 'node:stream';
 import { Option, type Command } from 'commander';
 import { InvalidInput, errorMessage } from '../../core/errors.js';
 import type { EnqueueOptions } from '../../runtime/queue.js';
+import { LIMITS } from '../../runtime/settings.js';
 import { UsageError } from '../exit.js';
 import { OPERATIONS_HELP, loadOperations } from '../operations-module.js';
 import { formatTime, printJson, println } from '../output.js';
@@ -101,25 +103,53 @@ export async function readInputText(
   if (arg !== undefined && file !== undefined)
     throw new UsageError('give the input either as an argument or with --input-file, not both');
   if (file !== undefined) {
+    let stream;
     try {
-      return await readFile(file, 'utf8');
+      const handle = await open(file, 'r');
+      // `end` is inclusive: at most limit + 1 bytes are read, enough to tell "over the limit".
+      stream = handle.createReadStream({ start: 0, end: INPUT_BYTES_MAX });
     } catch (err) {
       throw new UsageError(`cannot read --input-file ${file}: ${errorMessage(err)}`, 'INPUT_FILE');
     }
+    return readBounded(stream, `--input-file ${file}`);
   }
   if (arg === '-') {
     if (process.stdin.isTTY)
       process.stderr.write('reading the input JSON from stdin (end with Ctrl-D)\n');
-    process.stdin.setEncoding('utf8');
-    let text = '';
-    for await (const chunk of process.stdin) text += chunk as string;
-    return text;
+    return readBounded(process.stdin, 'the input on stdin');
   }
   if (arg === undefined)
     throw new UsageError(
       'no input: give it as JSON after the operation name, "-" for stdin, or --input-file <path>',
     );
   return arg;
+}
+
+/** The input text may be at most the payload limit (its JSON can only be as long). */
+const INPUT_BYTES_MAX = LIMITS.payloadBytesMax;
+
+/** Reads a stream to its end, or stops (and destroys it) once it has passed INPUT_BYTES_MAX. */
+async function readBounded(stream: Readable, what: string): Promise<string> {
+  const chunks: Buffer[] = [];
+  let bytes = 0;
+  try {
+    for await (const chunk of stream) {
+      const buf = typeof chunk === 'string' ? Buffer.from(chunk) : (chunk as Buffer);
+      bytes += buf.length;
+      if (bytes > INPUT_BYTES_MAX) {
+        stream.destroy();
+        throw new UsageError(
+          `${what} is over ${INPUT_BYTES_MAX} bytes, the payload limit; a job's input is at most that as JSON`,
+          'INPUT_TOO_LARGE',
+        );
+      }
+      chunks.push(buf);
+    }
+  } catch (err) {
+    if (err instanceof UsageError) throw err;
+    throw new UsageError(`cannot read ${what}: ${errorMessage(err)}`, 'INPUT_FILE');
+  }
+  return Buffer.concat(chunks).toString('utf8');
 }
 
 export function parseInput(text: string): unknown {

@@ -5,6 +5,7 @@
 import type { Command } from 'commander';
 import { Metrics } from '../../observe/metrics.js';
 import { apiRoutes, type ApiOptions } from '../../server/api.js';
+import { parseAllowedHosts } from '../../server/host-check.js';
 import { startMetricsServer } from '../../server/metrics-server.js';
 import { intOption } from '../parse.js';
 import { addStoreOption, openCliQueue, storeLabel, type StoreFlags } from '../store-option.js';
@@ -15,6 +16,7 @@ interface ServeFlags extends StoreFlags {
   host: string;
   token?: string;
   protectReads?: boolean;
+  allowedHosts?: string;
   maxQueueAge?: number;
   maxUnknown?: number;
   maxReview?: number;
@@ -34,16 +36,25 @@ export function registerServe(program: Command): void {
         'GET /api/status, /api/jobs, /api/jobs/<id>, /api/review, /api/approvals, a dashboard ' +
         'at /, and GET /healthz. POST /api/review/<id>/resolve {as, actor, note} and POST ' +
         '/api/approvals/<id> {approve, actor, note} need --token.\n\n' +
-        'Listens on 127.0.0.1 unless --host says otherwise: the journal holds inputs and results.',
+        'Listens on 127.0.0.1 unless --host says otherwise: the journal holds inputs and results. ' +
+        'Requests whose Host header names another server are refused (421), so that a web page ' +
+        'cannot read the journal by DNS rebinding; name the host you serve under with --allowed-hosts.',
     )
     .option('--port <port>', 'port to listen on', intOption(0, 65_535), 9464)
     .option('--host <host>', 'address to listen on', '127.0.0.1')
     .option(
       '--token <token>',
-      'bearer token that allows review decisions over HTTP (env RECKON_SERVE_TOKEN)',
+      'bearer token that allows review decisions over HTTP; prefer the environment variable ' +
+        'RECKON_SERVE_TOKEN: a token on the command line shows in ps to every user of the host',
       process.env.RECKON_SERVE_TOKEN,
     )
-    .option('--protect-reads', 'require the token for every /api route too')
+    .option('--protect-reads', 'require the token for every /api route and /metrics too')
+    .option(
+      '--allowed-hosts <names>',
+      'comma-separated host names the server also answers to (Host header), besides its ' +
+        'address, localhost and IP addresses; * for any (env RECKON_SERVE_ALLOWED_HOSTS)',
+      process.env.RECKON_SERVE_ALLOWED_HOSTS,
+    )
     .option(
       '--max-queue-age <ms>',
       'health check for /api/status and the dashboard',
@@ -77,6 +88,7 @@ export function registerServe(program: Command): void {
       metrics,
       port: flags.port,
       host: flags.host,
+      allowedHosts: parseAllowedHosts(flags.allowedHosts),
       routes: [
         apiRoutes({
           queue: q,
