@@ -66,7 +66,6 @@ const files = sourceFiles(SRC);
 const KNOWN: string[] = [
   'store/postgres/statements.ts',
   'store/postgres/store.ts',
-  'store/sqlite/store.ts',
   'cli/commands/chaos.ts registerChaos',
   'cli/commands/jobs.ts registerJobs',
   'cli/commands/mcp.ts registerMcp',
@@ -80,9 +79,6 @@ const KNOWN: string[] = [
   'server/api.ts (anonymous)',
   'store/postgres/restore.ts reconcilePg',
   'store/postgres/statements.ts statements',
-  'store/sqlite/insert.ts insertMany',
-  'store/sqlite/insert.ts (anonymous)',
-  'store/sqlite/store.ts attemptClaimMany',
   'testkit/chaos.ts runChaos',
 ];
 

@@ -80,55 +80,55 @@ export class JobInserter {
             approvalExpiresAt(j, now),
           ).changes === 1;
         if (!inserted) {
-          const existing = this.h
-            .stmt('SELECT * FROM jobs WHERE request_key = ?')
-            .get(j.requestKey) as JobRow;
-          // A conflict throws, rolling the whole batch back: nothing is written (invariant 9).
-          planDedup(
-            {
-              id: existing.id,
-              operation: existing.operation,
-              fingerprint: existing.request_fingerprint,
-            },
-            j,
-          );
-          const job = jobFromRow(existing);
-          this.h.writeEvent(job, dedupEvent(j.requestKey, p.actor), now);
-          results.push({ job, created: false });
+          results.push(this.deduped(j, p.actor, now));
           continue;
         }
-        if (j.approval) {
-          // Awaiting a person: nobody to wake yet.
-          const detail = approvalEventDetail(j, now);
-          this.h.writer.event(
-            j.id,
-            null,
-            j.fingerprint,
-            'enqueued',
-            null,
-            'AWAITING_APPROVAL',
-            p.actor,
-            detail,
-            now,
-          );
-        } else {
-          this.h.writer.event(
-            j.id,
-            null,
-            j.fingerprint,
-            'enqueued',
-            null,
-            'QUEUED',
-            p.actor,
-            null,
-            now,
-          );
-          this.h.writer.newWork = true;
-        }
+        this.enqueuedEvent(j, p.actor, now);
         // The record as written, without reading it back.
         results.push({ job: newQueuedJob(j, now, backoffJson), created: true });
       }
       return results;
     });
+  }
+
+  /** A known request key: the plan judges it; the existing job answers, with a dedup event. */
+  private deduped(j: JobInsert, actor: string, now: number): JobInsertResult {
+    const existing = this.h
+      .stmt('SELECT * FROM jobs WHERE request_key = ?')
+      .get(j.requestKey) as JobRow;
+    // A conflict throws, rolling the whole batch back: nothing is written (invariant 9).
+    planDedup(
+      {
+        id: existing.id,
+        operation: existing.operation,
+        fingerprint: existing.request_fingerprint,
+      },
+      j,
+    );
+    const job = jobFromRow(existing);
+    this.h.writeEvent(job, dedupEvent(j.requestKey, actor), now);
+    return { job, created: false };
+  }
+
+  /** The `enqueued` event of a new job; a QUEUED one wakes workers. */
+  private enqueuedEvent(j: JobInsert, actor: string, now: number): void {
+    if (j.approval) {
+      // Awaiting a person: nobody to wake yet.
+      const detail = approvalEventDetail(j, now);
+      this.h.writer.event(
+        j.id,
+        null,
+        j.fingerprint,
+        'enqueued',
+        null,
+        'AWAITING_APPROVAL',
+        actor,
+        detail,
+        now,
+      );
+    } else {
+      this.h.writer.event(j.id, null, j.fingerprint, 'enqueued', null, 'QUEUED', actor, null, now);
+      this.h.writer.newWork = true;
+    }
   }
 }

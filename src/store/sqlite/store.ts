@@ -15,29 +15,15 @@ import {
   StoreNotDurable,
   StoreReadOnly,
   StoreUnavailable,
-  assert,
 } from '../../core/errors.js';
 import type { ErrorInfo } from '../../core/errors.js';
-import type { AttemptState, JobState } from '../../core/states.js';
-import { assertTransitionLegal, leaseHolds, newLeaseToken } from '../rules.js';
-import {
-  attemptFromRow,
-  eventFromRow,
-  jobFromRow,
-  jsonOrNull,
-  newLeasedAttempt,
-  statsFromRows,
-  type AttemptRow,
-  type EventRow,
-  type JobRow,
-} from '../rows.js';
+import { jsonOrNull } from '../rows.js';
 import type {
   ApprovalDecide,
   ApprovalDecideResult,
   ApprovalStats,
   AttemptExpire,
   AttemptFinish,
-  AttemptRecord,
   ClaimedAttempt,
   DispatchMarkResult,
   EventInsert,
@@ -60,33 +46,17 @@ import type {
   StoreStats,
 } from '../store.js';
 import { CommitObservers } from '../commit-observers.js';
-import {
-  planCancel,
-  planExpire,
-  planFinish,
-  planTransition,
-  type EventWrite,
-  type WriteSet,
-} from '../plan/index.js';
 import { SqliteWriter } from './commit.js';
 import { JobInserter } from './insert.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS, addColumns, rewriteTables } from './schema.js';
 import { approvalDecide, approvalExpireMany, approvalList, approvalStats } from './approvals.js';
 import { jobChangesSubscribe, jobStatesRead } from './outcome-notify.js';
 import { jobPruneMany as pruneJobs, sqliteVacuum } from './retention.js';
-import {
-  CLAIM_LEASE,
-  LIMIT_PARAM,
-  SET_JOB_STATE_BY_ID,
-  SET_JOB_STATE_BY_ROWID,
-  claimArgs,
-  claimProbeSql,
-  claimSql,
-  inList,
-  jobFromTuple,
-  type ClaimTuple,
-} from './statements.js';
 import { WakeChannel, wakeDirectory } from './notify.js';
+import type { SqliteHandle } from './handle.js';
+import * as attempts from './attempts.js';
+import * as moves from './moves.js';
+import * as reads from './reads.js';
 
 export interface SqliteStoreOptions {
   /** File path, or `:memory:` (one process only). */
@@ -107,29 +77,6 @@ export const DEFAULT_BUSY_TIMEOUT_MS = 10_000;
  * they cannot (a process that started less than a second ago, a platform without them).
  */
 export const WORK_CHECK_INTERVAL_MS = 1;
-
-/** The columns of `fenceView`, in order. */
-type FenceRow = [
-  attemptRowid: number,
-  attemptState: AttemptState,
-  leaseToken: string,
-  leaseExpiresAt: number,
-  dispatchedAt: number | null,
-  fingerprint: string,
-  ownerId: string,
-  jobRowid: number,
-  jobState: JobState,
-  attemptCount: number,
-  nextCheckAt: number | null,
-];
-
-/** An attempt and its job as the lease fence sees them (partial records: see `fenceView`). */
-interface FenceView {
-  job: JobRecord;
-  attempt: AttemptRecord;
-  jobRowid: number;
-  attemptRowid: number;
-}
 
 /**
  * The page cache per connection, in KiB: 4 MiB, not better-sqlite3's 16. Every commit ends by
@@ -162,6 +109,8 @@ export class SqliteStore implements Store {
   private readonly commits = new CommitObservers();
   private readonly writer: SqliteWriter;
   private readonly inserter: JobInserter;
+  /** What reads.ts, attempts.ts and moves.ts use of this store. */
+  private readonly h: SqliteHandle;
 
   constructor(private readonly options: SqliteStoreOptions) {
     this.location = `sqlite:${options.path}`;
@@ -179,11 +128,20 @@ export class SqliteStore implements Store {
         for (const onWork of this.localSubscribers) onWork();
       },
     });
+    this.h = {
+      conn: () => this.conn(),
+      stmt: (sql) => this.stmt(sql),
+      rawStmt: (sql) => this.rawStmt(sql),
+      now: () => this.now(),
+      writer: this.writer,
+      read: (fn) => this.read(fn),
+      classify: (err) => this.classifyWriteError(err),
+    };
     this.inserter = new JobInserter({
       writer: this.writer,
       now: () => this.now(),
       stmt: (sql) => this.stmt(sql),
-      writeEvent: (job, e, at) => this.writeEvent(job, e, at),
+      writeEvent: (job, e, at) => moves.writeEvent(this.h, job, e, at),
     });
   }
 
@@ -344,11 +302,6 @@ export class SqliteStore implements Store {
     return s;
   }
 
-  /** A read outside any transaction (WAL: it waits for no writer): does the query find a row? */
-  private exists(sql: string, args: unknown[]): boolean {
-    return this.stmt(sql).get(...args) !== undefined;
-  }
-
   private read<T>(fn: () => T): Promise<T> {
     try {
       return Promise.resolve(fn());
@@ -373,19 +326,6 @@ export class SqliteStore implements Store {
 
   // ---------------------------------------------------------------- row helpers
 
-  private getJob(id: string): JobRecord | undefined {
-    const row = this.stmt('SELECT * FROM jobs WHERE id = ?').get(id) as JobRow | undefined;
-    return row && jobFromRow(row);
-  }
-
-  private getAttempt(jobId: string, attemptNo: number): AttemptRecord | undefined {
-    const row = this.stmt('SELECT * FROM attempts WHERE job_id = ? AND attempt_no = ?').get(
-      jobId,
-      attemptNo,
-    ) as AttemptRow | undefined;
-    return row && attemptFromRow(row);
-  }
-
   private appendEvent(e: EventInsert & { fingerprint: string }, at: number): void {
     this.writer.event(
       e.jobId,
@@ -400,39 +340,6 @@ export class SqliteStore implements Store {
     );
   }
 
-  /**
-   * The lease fence's view of an attempt and its job, in one narrow read (no JSON parsed): the
-   * fields that `leaseHolds` and `assertFinishLegal` judge, plus the rowids to write by.
-   */
-  private fenceView(lease: LeaseRef): FenceView | undefined {
-    const r = this.rawStmt(
-      `SELECT a.rowid, a.state, a.lease_token, a.lease_expires_at, a.dispatched_at, a.request_fingerprint,
-              a.owner_id, j.rowid, j.state, j.attempt_count, j.next_check_at
-       FROM attempts a JOIN jobs j ON j.id = a.job_id
-       WHERE a.job_id = ? AND a.attempt_no = ?`,
-    ).get(lease.jobId, lease.attemptNo) as FenceRow | undefined;
-    if (!r) return undefined;
-    // Only the fields the shared rules read (see rules.ts): the rest of each record is not needed.
-    const job = {
-      id: lease.jobId,
-      state: r[8],
-      attemptCount: r[9],
-      nextCheckAt: r[10],
-      fingerprint: r[5],
-    } as JobRecord;
-    const attempt = {
-      jobId: lease.jobId,
-      attemptNo: lease.attemptNo,
-      state: r[1],
-      leaseToken: r[2],
-      leaseExpiresAt: r[3],
-      dispatchedAt: r[4],
-      ownerId: r[6],
-      fingerprint: r[5],
-    } as AttemptRecord;
-    return { job, attempt, jobRowid: r[7], attemptRowid: r[0] };
-  }
-
   // ---------------------------------------------------------------- jobs
 
   jobInsertMany(p: {
@@ -444,72 +351,19 @@ export class SqliteStore implements Store {
   }
 
   jobGet(p: { id: string }): Promise<JobDetail | null> {
-    return this.read(() => {
-      const job = this.getJob(p.id);
-      if (!job) return null;
-      const attempts = (
-        this.stmt('SELECT * FROM attempts WHERE job_id = ? ORDER BY attempt_no').all(
-          p.id,
-        ) as AttemptRow[]
-      ).map(attemptFromRow);
-      const events = (
-        this.stmt('SELECT * FROM events WHERE job_id = ? ORDER BY id').all(p.id) as EventRow[]
-      ).map(eventFromRow);
-      return { job, attempts, events };
-    });
+    return reads.jobGet(this.h, p);
   }
 
   jobList(p: JobListParams): Promise<JobRecord[]> {
-    return this.read(() => {
-      const where: string[] = [];
-      const args: unknown[] = [];
-      if (p.states?.length) {
-        where.push(`state IN (${p.states.map(() => '?').join(',')})`);
-        args.push(...p.states);
-      }
-      const eq = (column: string, value: string | undefined, op = '=') => {
-        if (value === undefined) return;
-        where.push(`${column} ${op} ?`);
-        args.push(value);
-      };
-      eq('queue', p.queue);
-      eq('operation', p.operation);
-      eq('id', p.beforeId, '<');
-      const sql = `SELECT * FROM jobs ${where.length ? 'WHERE ' + where.join(' AND ') : ''} ORDER BY id DESC ${LIMIT_PARAM}`;
-      return (
-        this.conn()
-          .prepare(sql)
-          .all(...args, p.limit) as JobRow[]
-      ).map(jobFromRow);
-    });
+    return reads.jobList(this.h, p);
   }
 
   jobTransition(t: JobTransition): Promise<boolean> {
-    return this.writer.write(() => {
-      assertTransitionLegal(t);
-      const now = this.now();
-      const job = this.getJob(t.jobId);
-      const attempt =
-        job && job.attemptCount > 0 ? this.getAttempt(job.id, job.attemptCount) : undefined;
-      const w = planTransition({ job, attempt, t, now });
-      if (!w) return false;
-      this.writePlan({ job: job! }, w);
-      return true;
-    });
+    return moves.jobTransition(this.h, t);
   }
 
   jobCancel(p: { id: string; actor: string; reason: string }): Promise<JobCancelResult | null> {
-    return this.writer.write((): JobCancelResult | null => {
-      const now = this.now();
-      const job = this.getJob(p.id);
-      if (!job) return null;
-      const attempt =
-        job.state === 'LEASED' ? this.getAttempt(job.id, job.attemptCount) : undefined;
-      const plan = planCancel({ job, attempt, actor: p.actor, reason: p.reason, now });
-      if ('why' in plan) return { cancelled: false, job, why: plan.why };
-      this.writePlan({ job }, plan.write);
-      return { cancelled: true, job: this.getJob(job.id)! };
-    });
+    return moves.jobCancel(this.h, p);
   }
 
   jobReconcileClaimMany(p: {
@@ -517,37 +371,7 @@ export class SqliteStore implements Store {
     limit: number;
     holdMs: number;
   }): Promise<ClaimedAttempt[]> {
-    if (p.operations.length === 0 || p.limit <= 0) return Promise.resolve([]);
-    const ops = inList(p.operations.length);
-    const due = `FROM jobs INDEXED BY jobs_reconcile
-      WHERE state = 'UNKNOWN' AND next_check_at <= ? AND operation IN (${ops})`;
-    // Nothing due: answered by a read, without taking the write lock (see attemptClaimMany).
-    if (this.writer.idle) {
-      try {
-        if (!this.exists(`SELECT 1 ${due} LIMIT 1`, [this.now(), ...p.operations]))
-          return Promise.resolve([]);
-      } catch (err) {
-        return Promise.reject(this.classifyWriteError(err));
-      }
-    }
-    return this.writer.write(() => {
-      const now = this.now();
-      const rows = this.stmt(
-        `SELECT rowid AS _rowid, * ${due} ORDER BY next_check_at ${LIMIT_PARAM}`,
-      ).all(now, ...p.operations, p.limit) as (JobRow & { _rowid: number })[];
-      const hold = this.stmt('UPDATE jobs SET next_check_at = ? WHERE rowid = ?');
-      const out: ClaimedAttempt[] = [];
-      for (const row of rows) {
-        // Holding the check (not a lease: a lookup changes nothing) keeps other reconcilers off it.
-        hold.run(now + p.holdMs, row._rowid);
-        row.next_check_at = now + p.holdMs;
-        const job = jobFromRow(row);
-        const attempt = this.getAttempt(job.id, job.attemptCount);
-        assert(attempt, `UNKNOWN job ${job.id} has its attempt ${job.attemptCount}`);
-        out.push({ job, attempt });
-      }
-      return out;
-    });
+    return attempts.jobReconcileClaimMany(this.h, p);
   }
 
   // ---------------------------------------------------------------- attempts
@@ -559,281 +383,27 @@ export class SqliteStore implements Store {
     limit: number;
     leaseMs: number;
   }): Promise<ClaimedAttempt[]> {
-    if (p.queues.length === 0 || p.operations.length === 0 || p.limit <= 0)
-      return Promise.resolve([]);
-    // Nothing due: a read answers, and the write lock is not taken, so an idle worker (in this
-    // or another process) does not serialize the writers. Skipped while writes of this process
-    // are queued (an enqueue among them may be what this claim is for).
-    const queues = p.queues.length === 1 ? p.queues : [...new Set(p.queues)];
-    if (this.writer.idle) {
-      try {
-        if (
-          !this.exists(claimProbeSql(queues.length, p.operations.length), [
-            ...queues,
-            this.now(),
-            ...p.operations,
-          ])
-        )
-          return Promise.resolve([]);
-      } catch (err) {
-        return Promise.reject(this.classifyWriteError(err));
-      }
-    }
-    return this.writer.write(
-      () => {
-        const now = this.now();
-        const leaseExpiresAt = now + p.leaseMs;
-        // Read in claim order, then leased one by one by rowid: no RETURNING (SQLite gathers
-        // returned rows in an ephemeral table) and no `rowid IN (…)` set to build.
-        const rows = this.rawStmt(claimSql(queues.length, p.operations.length)).all(
-          claimArgs(now, queues, p.operations, p.limit),
-        ) as ClaimTuple[];
-        if (rows.length === 0) return [];
-        const lease = this.stmt(CLAIM_LEASE);
-        const insertAttempt = this.stmt(
-          `INSERT INTO attempts (job_id, attempt_no, request_key, request_fingerprint, state, owner_id, lease_token, leased_at, lease_expires_at)
-         VALUES (?, ?, ?, ?, 'LEASED', ?, ?, ?, ?)`,
-        );
-        const detail = `{"leaseMs":${JSON.stringify(p.leaseMs)}}`;
-        const out: ClaimedAttempt[] = new Array<ClaimedAttempt>(rows.length);
-        for (let i = 0; i < rows.length; i++) {
-          const r = rows[i]!;
-          assert(lease.run(now, r[25]).changes === 1, `job ${r[0]} changed between read and lease`);
-          // The row as leased.
-          r[8] = 'LEASED';
-          r[12] = now;
-          r[14] = r[14] + 1;
-          r[18] = null;
-          const job = jobFromTuple(r);
-          const attemptNo = job.attemptCount;
-          const token = newLeaseToken();
-          insertAttempt.run(
-            job.id,
-            attemptNo,
-            job.requestKey,
-            job.fingerprint,
-            p.ownerId,
-            token,
-            now,
-            leaseExpiresAt,
-          );
-          this.writer.event(
-            job.id,
-            attemptNo,
-            job.fingerprint,
-            'leased',
-            'QUEUED',
-            'LEASED',
-            p.ownerId,
-            detail,
-            now,
-          );
-          out[i] = {
-            job,
-            attempt: newLeasedAttempt(job, {
-              ownerId: p.ownerId,
-              leaseToken: token,
-              leasedAt: now,
-              leaseExpiresAt,
-            }),
-          };
-        }
-        return out;
-      },
-      // Acted on only through the dispatch marker, a synced write after it (see `write`).
-      { unsynced: true },
-    );
+    return attempts.attemptClaimMany(this.h, p);
   }
 
   attemptDispatchMany(p: { leases: LeaseRef[] }): Promise<DispatchMarkResult[]> {
-    if (p.leases.length === 0) return Promise.resolve([]);
-    return this.writer.write(() => {
-      const now = this.now();
-      const mark = this.rawStmt(
-        // Every fence of invariant 3 in one conditional write: token, attempt LEASED and not
-        // expired on the store clock, no marker yet, and the job still on this attempt.
-        `UPDATE attempts SET dispatched_at = ?
-         WHERE job_id = ? AND attempt_no = ? AND lease_token = ? AND state = 'LEASED'
-           AND lease_expires_at > ? AND dispatched_at IS NULL
-           AND EXISTS (SELECT 1 FROM jobs WHERE id = ? AND state = 'LEASED' AND attempt_count = ?)
-         RETURNING lease_expires_at, owner_id, request_fingerprint`,
-      );
-      return p.leases.map((lease): DispatchMarkResult => {
-        const r = mark.get(
-          now,
-          lease.jobId,
-          lease.attemptNo,
-          lease.leaseToken,
-          now,
-          lease.jobId,
-          lease.attemptNo,
-        ) as [leaseExpiresAt: number, ownerId: string, fingerprint: string] | undefined;
-        if (r) {
-          this.writer.event(
-            lease.jobId,
-            lease.attemptNo,
-            r[2],
-            'dispatched',
-            null,
-            null,
-            r[1],
-            null,
-            now,
-          );
-          return { ok: true, dispatchedAt: now, leaseExpiresAt: r[0] };
-        }
-        // It did not apply: say why, judged as before by the shared rules.
-        const v = this.fenceView(lease);
-        if (!v || !leaseHolds(v.job, v.attempt, lease)) return { ok: false, reason: 'lease-lost' };
-        if (v.attempt.leaseExpiresAt <= now) return { ok: false, reason: 'lease-expired' };
-        assert(
-          v.attempt.dispatchedAt === null,
-          `job ${lease.jobId} attempt ${lease.attemptNo} dispatched twice`,
-        );
-        assert(
-          false,
-          `job ${lease.jobId} attempt ${lease.attemptNo}: its fence holds but its marker did not apply`,
-        );
-      });
-    });
+    return attempts.attemptDispatchMany(this.h, p);
   }
 
   attemptHeartbeatMany(p: { leases: LeaseRef[]; leaseMs: number }): Promise<HeartbeatResult[]> {
-    if (p.leases.length === 0) return Promise.resolve([]);
-    return this.writer.write(() => {
-      const now = this.now();
-      const extend = this.stmt(
-        `UPDATE attempts SET lease_expires_at = ?
-         WHERE job_id = ? AND attempt_no = ? AND lease_token = ? AND state = 'LEASED' AND lease_expires_at > ?`,
-      );
-      const expiresAt = now + p.leaseMs;
-      return p.leases.map((lease): HeartbeatResult => {
-        const r = extend.run(expiresAt, lease.jobId, lease.attemptNo, lease.leaseToken, now);
-        return r.changes === 1
-          ? { lease, ok: true, leaseExpiresAt: expiresAt }
-          : { lease, ok: false, leaseExpiresAt: null };
-      });
-    });
+    return attempts.attemptHeartbeatMany(this.h, p);
   }
 
   attemptFinishMany(p: { finishes: AttemptFinish[] }): Promise<boolean[]> {
-    if (p.finishes.length === 0) return Promise.resolve([]);
-    return this.writer.write(() => {
-      const now = this.now();
-      return p.finishes.map((f) => {
-        // The fence read first (one join, both rowids), then both rows written by rowid: cheaper
-        // than a conditional UPDATE of the attempt followed by the job's by id.
-        const v = this.fenceView(f.lease);
-        const w = planFinish({ job: v?.job, attempt: v?.attempt, finish: f, now });
-        if (!w) return false;
-        this.writePlan(v!, w);
-        return true;
-      });
-    });
-  }
-
-  /**
-   * Writes what a plan decided for a locked job: the attempt's end (by rowid when the fence
-   * read it, fenced on its token) or resolution, the job's columns, the events, a wake-up.
-   */
-  private writePlan(
-    at: { job: Pick<JobRecord, 'id' | 'fingerprint'>; jobRowid?: number; attemptRowid?: number },
-    w: WriteSet,
-  ): void {
-    const jobId = at.job.id;
-    const e = w.attemptEnd;
-    if (e && at.attemptRowid !== undefined)
-      this.stmt(
-        `UPDATE attempts SET state = ?, finished_at = ?, result_json = ?, error_json = ?, reason = ?
-         WHERE rowid = ? AND lease_token = ? AND state = 'LEASED'`,
-      ).run(
-        e.state,
-        e.finishedAt,
-        e.resultJson,
-        e.errorJson,
-        e.reason,
-        at.attemptRowid,
-        e.leaseToken,
-      );
-    else if (e)
-      this.stmt(
-        `UPDATE attempts SET state = ?, finished_at = ?, result_json = ?, error_json = ?, reason = ?
-         WHERE job_id = ? AND attempt_no = ? AND lease_token = ? AND state = 'LEASED'`,
-      ).run(
-        e.state,
-        e.finishedAt,
-        e.resultJson,
-        e.errorJson,
-        e.reason,
-        jobId,
-        e.attemptNo,
-        e.leaseToken,
-      );
-    const r = w.resolution;
-    if (r)
-      this.stmt(
-        `UPDATE attempts SET resolution = ?, resolution_source = ?, resolution_evidence_json = ?, resolved_at = ?
-         WHERE job_id = ? AND attempt_no = ? AND state = 'UNKNOWN' AND resolution IS NULL`,
-      ).run(r.kind, r.source, r.evidenceJson, r.resolvedAt, jobId, r.attemptNo);
-    const j = w.job;
-    this.stmt(at.jobRowid !== undefined ? SET_JOB_STATE_BY_ROWID : SET_JOB_STATE_BY_ID).run(
-      j.state,
-      j.updatedAt,
-      j.runAt,
-      j.nextCheckAt,
-      j.lookupFailures,
-      j.resultJson,
-      j.errorJson,
-      j.finishedAt,
-      at.jobRowid ?? jobId,
-    );
-    if (w.requeue) this.writer.newWork = true;
-    for (const ev of w.events) this.writeEvent(at.job, ev, j.updatedAt);
-  }
-
-  private writeEvent(job: Pick<JobRecord, 'id' | 'fingerprint'>, e: EventWrite, at: number): void {
-    this.writer.event(
-      job.id,
-      e.attemptNo,
-      job.fingerprint,
-      e.kind,
-      e.fromState,
-      e.toState,
-      e.actor,
-      e.detailJson,
-      at,
-    );
+    return moves.attemptFinishMany(this.h, p);
   }
 
   attemptExpiredList(p: { skewMs: number; limit: number }): Promise<ExpiredAttempt[]> {
-    return this.read(() => {
-      const now = this.now();
-      const rows = this.stmt(
-        `SELECT * FROM attempts WHERE state = 'LEASED' AND lease_expires_at + ? < ? ORDER BY lease_expires_at ${LIMIT_PARAM}`,
-      ).all(p.skewMs, now, p.limit) as AttemptRow[];
-      return rows.map((r) => ({ attempt: attemptFromRow(r), job: this.getJob(r.job_id)! }));
-    });
+    return reads.attemptExpiredList(this.h, p);
   }
 
   attemptExpireMany(p: { expiries: AttemptExpire[]; skewMs: number }): Promise<boolean[]> {
-    if (p.expiries.length === 0) return Promise.resolve([]);
-    return this.writer.write(() => {
-      const now = this.now();
-      return p.expiries.map((e) => {
-        // Judged again under the write lock: a second reclaimer, or a late heartbeat, finds nothing to do.
-        const v = this.fenceView(e.lease);
-        const w = planExpire({
-          job: v?.job,
-          attempt: v?.attempt,
-          expire: e,
-          skewMs: p.skewMs,
-          now,
-        });
-        if (!w) return false;
-        this.writePlan(v!, w);
-        return true;
-      });
-    });
+    return moves.attemptExpireMany(this.h, p);
   }
 
   // ---------------------------------------------------------------- events and stats
@@ -943,22 +513,6 @@ export class SqliteStore implements Store {
   }
 
   statsGet(): Promise<StoreStats> {
-    return this.read(() => {
-      const now = this.now();
-      const counts = this.stmt(
-        'SELECT queue, state, count(*) AS n FROM jobs GROUP BY queue, state',
-      ).all() as { queue: string; state: JobState; n: number }[];
-      const oldest = this.stmt(
-        `SELECT queue, min(run_at) AS t FROM jobs WHERE state = 'QUEUED' AND run_at <= ? GROUP BY queue`,
-      ).all(now) as { queue: string; t: number }[];
-      const byOperation = this.stmt(
-        `SELECT operation, sum(state = 'UNKNOWN') AS unknown, sum(state = 'NEEDS_REVIEW') AS needs_review
-         FROM jobs WHERE state IN ('UNKNOWN','NEEDS_REVIEW') GROUP BY operation`,
-      ).all() as { operation: string; unknown: number; needs_review: number }[];
-      const expired = this.stmt(
-        `SELECT count(*) AS n FROM attempts WHERE state = 'LEASED' AND lease_expires_at <= ?`,
-      ).get(now) as { n: number };
-      return statsFromRows({ now, counts, oldest, byOperation, expired: expired.n });
-    });
+    return reads.statsGet(this.h);
   }
 }
