@@ -65,7 +65,6 @@ const files = sourceFiles(SRC);
  */
 const KNOWN: string[] = [
   'store/postgres/statements.ts',
-  'store/postgres/store.ts',
   'cli/commands/chaos.ts registerChaos',
   'cli/commands/jobs.ts registerJobs',
   'cli/commands/mcp.ts registerMcp',

@@ -21,22 +21,9 @@
  * with `StoreUnavailable` until the server is back, and the pool reconnects by itself.
  */
 import pg from 'pg';
-import { InvalidInput, InvariantViolation, SchemaTooNew, assert } from '../../core/errors.js';
-import type { JobState } from '../../core/states.js';
+import { InvalidInput, SchemaTooNew } from '../../core/errors.js';
 import type { ErrorInfo } from '../../core/errors.js';
-import { assertFinishLegal, assertTransitionLegal } from '../rules.js';
-import {
-  attemptFromRow,
-  eventFromRow,
-  jobFromRow,
-  jsonOrNull,
-  newLeasedAttempt,
-  statsFromRows,
-  toMs,
-  type AttemptRow,
-  type EventRow,
-  type JobRow,
-} from '../rows.js';
+import { jsonOrNull, toMs } from '../rows.js';
 import {
   approvalDecide,
   approvalExpireMany,
@@ -52,7 +39,6 @@ import type {
   ApprovalStats,
   AttemptExpire,
   AttemptFinish,
-  AttemptRecord,
   ClaimedAttempt,
   DispatchMarkResult,
   EventInsert,
@@ -75,19 +61,10 @@ import type {
   StoreStats,
 } from '../store.js';
 import { CommitObservers } from '../commit-observers.js';
-import {
-  finishParams,
-  isTerminal,
-  planCancel,
-  planExpire,
-  planTransition,
-  type FinishParams,
-} from '../plan/index.js';
 import { GroupCommit } from '../group-commit.js';
 import { WorkListener } from './notify.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS, MIGRATIONS_TABLE_SQL } from './schema.js';
 import {
-  claimLimitInline,
   quoteIdent,
   SCHEMA_NAME_RE,
   statements,
@@ -95,13 +72,11 @@ import {
   type Statements,
 } from './statements.js';
 import { JobInserter } from './insert.js';
-import {
-  FINISH_YIELD_MS,
-  PgConnection,
-  TxWrites,
-  pgGroupCommit,
-  type Queryable,
-} from './commit.js';
+import type { PgHandle } from './handle.js';
+import * as attempts from './attempts.js';
+import * as moves from './moves.js';
+import * as reads from './reads.js';
+import { FINISH_YIELD_MS, PgConnection, pgGroupCommit, type Queryable } from './commit.js';
 
 export interface PostgresStoreOptions {
   /** `postgres://user:password@host:port/database`, optionally with `?schema=name`. */
@@ -125,25 +100,8 @@ export const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
 export const DEFAULT_QUERY_TIMEOUT_MS = 30_000;
 /** A session stuck in a transaction (a frozen or partitioned worker) gives its row locks back. */
 const IDLE_IN_TRANSACTION_TIMEOUT_MS = 60_000;
-/**
- * The hot statements are prepared once per pooled connection under these names, so the server
- * parses and plans each once per connection instead of once per call. The claims' names take a
- * suffix: their limit, or `n` for the one statement of the other sizes (`claimLimitInline`).
- */
-const PREPARED = {
-  attemptClaim: 'reckon_attempt_claim',
-  attemptClaimQueues: 'reckon_attempt_claim_queues',
-  attemptDispatch: 'reckon_attempt_dispatch',
-  attemptFinish: 'reckon_attempt_finish',
-  attemptHeartbeat: 'reckon_attempt_heartbeat',
-} as const;
 /** pg_advisory_xact_lock's first key: "reckon migrations". */
 const MIGRATION_LOCK_NAMESPACE = 0x7265636b;
-
-interface LockedLease {
-  job: JobRecord;
-  attempt: AttemptRecord;
-}
 
 export class PostgresStore implements Store {
   readonly kind = 'postgres' as const;
@@ -161,6 +119,8 @@ export class PostgresStore implements Store {
   private readonly poolMax: number;
   private readonly db: PgConnection;
   private readonly inserter: JobInserter;
+  /** What reads.ts, attempts.ts and moves.ts use of this store. */
+  private readonly h: PgHandle;
   private listener: WorkListener | null = null;
   /** Backend process ids of the pool's connections (see `WorkListener`). */
   private readonly ownBackends = new Set<number>();
@@ -169,12 +129,12 @@ export class PostgresStore implements Store {
   /** Concurrent callers of the hot write paths share transactions (see ../group-commit.ts). */
   private readonly commits = new CommitObservers();
   private readonly dispatches = pgGroupCommit(this.commits, 'dispatch', (leases: LeaseRef[]) =>
-    this.dispatchNow(leases),
+    attempts.dispatchNow(this.h, leases),
   );
   private readonly finishes = pgGroupCommit(
     this.commits,
     'finish',
-    (finishes: AttemptFinish[]) => this.finishNow(finishes),
+    (finishes: AttemptFinish[]) => attempts.finishNow(this.h, finishes),
     { group: this.dispatches, maxMs: FINISH_YIELD_MS },
   );
   private readonly heartbeats = new Map<number, GroupCommit<LeaseRef, HeartbeatResult>>();
@@ -193,13 +153,20 @@ export class PostgresStore implements Store {
       poolMax: this.poolMax,
       onCommitWakes: (queues) => this.wakeLocal(queues),
     });
+    this.h = {
+      db: this.db,
+      sql: this.sql,
+      channel: this.channel,
+      commits: this.commits,
+      wakeLocal: (queues) => this.wakeLocal(queues),
+    };
     this.inserter = new JobInserter({
       db: this.db,
       sql: this.sql,
       channel: this.channel,
       commits: this.commits,
       wakeLocal: (queues) => this.wakeLocal(queues),
-      clockOn: (c) => this.clockOn(c),
+      clockOn: (c) => moves.clockOn(this.h, c),
     });
     this.clientConfig = {
       connectionString,
@@ -307,55 +274,6 @@ export class PostgresStore implements Store {
 
   // ---------------------------------------------------------------- shared steps
 
-  /** Locks each lease's job and attempt (job id order); `now` is the clock once all are held. */
-  private async lockLeases(
-    c: Queryable,
-    leases: { jobId: string; attemptNo: number }[],
-  ): Promise<{ now: number; locked: Map<string, LockedLease> }> {
-    const refs = leases.map((l) => ({ job_id: l.jobId, attempt_no: l.attemptNo }));
-    const r = await c.query<{ job: JobRow; attempt: AttemptRow; now: Date }>(this.sql.leaseLock, [
-      JSON.stringify(refs),
-    ]);
-    const locked = new Map<string, LockedLease>();
-    let now = 0;
-    for (const row of r.rows) {
-      const attempt = attemptFromRow(row.attempt);
-      locked.set(leaseKey(attempt.jobId, attempt.attemptNo), { job: jobFromRow(row.job), attempt });
-      now = Math.max(now, toMs(row.now));
-    }
-    if (r.rows.length === 0) now = await this.clockOn(c);
-    return { now, locked };
-  }
-
-  private async clockOn(c: Queryable): Promise<number> {
-    const r = await c.query<{ now: Date }>(this.sql.clockNow);
-    return toMs(r.rows[0]!.now);
-  }
-
-  /** Writes what a transaction gathered: attempt ends, then jobs, then events, then wake-ups. */
-  private async flush(c: Queryable, w: TxWrites, now: number): Promise<JobRecord[]> {
-    if (w.attemptEnds.length > 0) {
-      const r = await c.query(this.sql.attemptEnd, [JSON.stringify(w.attemptEnds)]);
-      assert(
-        r.rowCount === w.attemptEnds.length,
-        'every locked attempt the rules ended was written',
-      );
-    }
-    let moved: JobRecord[] = [];
-    if (w.jobs.length > 0) {
-      const r = await c.query<JobRow>(this.sql.jobUpdate, [JSON.stringify(w.jobs)]);
-      assert(r.rowCount === w.jobs.length, 'every locked job the rules moved was written');
-      moved = r.rows.map(jobFromRow);
-    }
-    if (w.events.length > 0) await c.query(this.sql.eventInsert, [JSON.stringify(w.events), now]);
-    if (w.requeued.size > 0) {
-      await c.query(this.sql.notify, [[...w.requeued], this.channel]);
-      const wakes = this.db.wakesOf.get(c);
-      if (wakes) for (const q of w.requeued) wakes.add(q);
-    }
-    return moved;
-  }
-
   // ---------------------------------------------------------------- jobs
 
   jobInsertMany(p: {
@@ -366,187 +284,44 @@ export class PostgresStore implements Store {
     return this.inserter.insertMany(p);
   }
 
-  async jobGet(p: { id: string }): Promise<JobDetail | null> {
-    const r = await this.db.run(
-      (c) =>
-        c.query<{ job: JobRow; attempts: AttemptRow[]; events: EventRow[] }>(this.sql.jobDetail, [
-          p.id,
-        ]),
-      { reads: true },
-    );
-    const row = r.rows[0];
-    if (!row) return null;
-    return {
-      job: jobFromRow(row.job),
-      attempts: row.attempts.map(attemptFromRow),
-      events: row.events.map(eventFromRow),
-    };
+  jobGet(p: { id: string }): Promise<JobDetail | null> {
+    return reads.jobGet(this.h, p);
   }
 
-  async jobList(p: JobListParams): Promise<JobRecord[]> {
-    const where: string[] = [];
-    const args: unknown[] = [];
-    const param = (value: unknown) => {
-      args.push(value);
-      return `$${args.length}`;
-    };
-    if (p.states?.length) where.push(`state = ANY(${param(p.states)}::text[])`);
-    if (p.queue !== undefined) where.push(`queue = ${param(p.queue)}`);
-    if (p.operation !== undefined) where.push(`operation = ${param(p.operation)}`);
-    if (p.beforeId !== undefined) where.push(`id < ${param(p.beforeId)}`);
-    const sql =
-      `${this.sql.jobListBase} ${where.length ? 'WHERE ' + where.join(' AND ') : ''}` +
-      ` ORDER BY id DESC LIMIT ${param(p.limit)}`;
-    const r = await this.db.run((c) => c.query<JobRow>(sql, args), { reads: true });
-    return r.rows.map(jobFromRow);
+  jobList(p: JobListParams): Promise<JobRecord[]> {
+    return reads.jobList(this.h, p);
   }
 
-  async jobTransition(t: JobTransition): Promise<boolean> {
-    assertTransitionLegal(t);
-    return this.db.tx(async (c) => {
-      const { job, now } = await this.lockJob(c, t.jobId);
-      const attempt =
-        job && job.attemptCount > 0
-          ? await this.lockAttempt(c, job.id, job.attemptCount)
-          : undefined;
-      const plan = planTransition({ job, attempt, t, now });
-      if (!plan || !job) return false;
-      const r = plan.resolution;
-      if (r) {
-        const done = await c.query(this.sql.attemptResolve, [
-          job.id,
-          r.attemptNo,
-          r.kind,
-          r.source,
-          r.evidenceJson,
-          r.resolvedAt,
-        ]);
-        assert(done.rowCount === 1, `job ${job.id} attempt ${r.attemptNo} took its resolution`);
-      }
-      const w = new TxWrites();
-      w.add(job, plan);
-      await this.flush(c, w, now);
-      return true;
-    });
+  jobTransition(t: JobTransition): Promise<boolean> {
+    return moves.jobTransition(this.h, t);
   }
 
-  private async lockJob(c: Queryable, id: string): Promise<{ job?: JobRecord; now: number }> {
-    const r = await c.query<JobRow & { now: Date }>(this.sql.jobLock, [id]);
-    const row = r.rows[0];
-    if (!row) return { now: await this.clockOn(c) };
-    return { job: jobFromRow(row), now: toMs(row.now) };
+  jobCancel(p: { id: string; actor: string; reason: string }): Promise<JobCancelResult | null> {
+    return moves.jobCancel(this.h, p);
   }
 
-  private async lockAttempt(
-    c: Queryable,
-    jobId: string,
-    attemptNo: number,
-  ): Promise<AttemptRecord | undefined> {
-    const r = await c.query<AttemptRow>(this.sql.attemptLock, [jobId, attemptNo]);
-    return r.rows[0] && attemptFromRow(r.rows[0]);
-  }
-
-  async jobCancel(p: {
-    id: string;
-    actor: string;
-    reason: string;
-  }): Promise<JobCancelResult | null> {
-    return this.db.tx(async (c): Promise<JobCancelResult | null> => {
-      const { job, now } = await this.lockJob(c, p.id);
-      if (!job) return null;
-      const attempt =
-        job.state === 'LEASED' ? await this.lockAttempt(c, job.id, job.attemptCount) : undefined;
-      const plan = planCancel({ job, attempt, actor: p.actor, reason: p.reason, now });
-      if ('why' in plan) return { cancelled: false, job, why: plan.why };
-      const w = new TxWrites();
-      w.add(job, plan.write);
-      const [after] = await this.flush(c, w, now);
-      assert(after, `cancelled job ${job.id} was written`);
-      return { cancelled: true, job: after };
-    });
-  }
-
-  async jobReconcileClaimMany(p: {
+  jobReconcileClaimMany(p: {
     operations: string[];
     limit: number;
     holdMs: number;
   }): Promise<ClaimedAttempt[]> {
-    if (p.operations.length === 0 || p.limit <= 0) return [];
-    const r = await this.db.run((c) =>
-      c.query<{ job: JobRow; attempt: AttemptRow | null }>(this.sql.jobReconcileClaim, [
-        p.operations,
-        p.limit,
-        p.holdMs,
-      ]),
-    );
-    return r.rows.map((row) => {
-      const job = jobFromRow(row.job);
-      assert(row.attempt, `UNKNOWN job ${job.id} has its attempt ${job.attemptCount}`);
-      return { job, attempt: attemptFromRow(row.attempt) };
-    });
+    return attempts.jobReconcileClaimMany(this.h, p);
   }
 
   // ---------------------------------------------------------------- attempts
 
-  async attemptClaimMany(p: {
+  attemptClaimMany(p: {
     ownerId: string;
     queues: string[];
     operations: string[];
     limit: number;
     leaseMs: number;
   }): Promise<ClaimedAttempt[]> {
-    if (p.queues.length === 0 || p.operations.length === 0 || p.limit <= 0) return [];
-    // One statement: a failure leaves nothing (or, if ambiguous, leases that simply expire).
-    const queues = [...new Set(p.queues)];
-    const one = queues.length === 1;
-    const inline = claimLimitInline(p.limit);
-    const since = this.commits.start();
-    const r = await this.db.statement<ClaimRow>(
-      `${one ? PREPARED.attemptClaim : PREPARED.attemptClaimQueues}_${inline ? p.limit : 'n'}`,
-      (one ? this.sql.attemptClaim : this.sql.attemptClaimQueues)(inline ? String(p.limit) : '$5'),
-      [one ? queues[0] : queues, p.operations, p.ownerId, p.leaseMs, ...(inline ? [] : [p.limit])],
-    );
-    this.commits.emit('claim', 1, since);
-    return r.rows.map((row) => {
-      const job = jobFromRow(row);
-      const attempt = newLeasedAttempt(job, {
-        ownerId: p.ownerId,
-        leaseToken: row.a_lease_token,
-        leasedAt: row.a_leased_at,
-        leaseExpiresAt: row.a_lease_expires_at,
-      });
-      return { job, attempt };
-    });
+    return attempts.attemptClaimMany(this.h, p);
   }
 
   attemptDispatchMany(p: { leases: LeaseRef[] }): Promise<DispatchMarkResult[]> {
     return this.dispatches.call(p.leases);
-  }
-
-  /**
-   * Invariant 3, one statement for the whole (merged) batch: lock, judge (leaseHolds, then the
-   * lease unexpired on the clock read after the locks), mark, append `dispatched` events.
-   */
-  private async dispatchNow(leases: LeaseRef[]): Promise<DispatchMarkResult[]> {
-    const r = await this.db.statement<{
-      status: string;
-      lease_expires_at: number | null;
-      now: number;
-    }>(PREPARED.attemptDispatch, this.sql.attemptDispatch, [
-      leases.map((l) => l.jobId),
-      leases.map((l) => l.attemptNo),
-      leases.map((l) => l.leaseToken),
-    ]);
-    assert(r.rows.length === leases.length, 'the dispatch statement answered once per lease');
-    return r.rows.map((row): DispatchMarkResult => {
-      if (row.status === 'ok')
-        return { ok: true, dispatchedAt: row.now, leaseExpiresAt: row.lease_expires_at! };
-      assert(
-        row.status === 'lease-lost' || row.status === 'lease-expired',
-        `unexpected dispatch status ${row.status}`,
-      );
-      return { ok: false, reason: row.status };
-    });
   }
 
   attemptHeartbeatMany(p: { leases: LeaseRef[]; leaseMs: number }): Promise<HeartbeatResult[]> {
@@ -554,134 +329,23 @@ export class PostgresStore implements Store {
     if (!group) {
       const leaseMs = p.leaseMs;
       group = pgGroupCommit(this.commits, 'heartbeat', (leases: LeaseRef[]) =>
-        this.heartbeatNow(leases, leaseMs),
+        attempts.heartbeatNow(this.h, leases, leaseMs),
       );
       this.heartbeats.set(leaseMs, group);
     }
     return group.call(p.leases);
   }
 
-  private async heartbeatNow(leases: LeaseRef[], leaseMs: number): Promise<HeartbeatResult[]> {
-    const refs = leases.map((l) => ({
-      job_id: l.jobId,
-      attempt_no: l.attemptNo,
-      lease_token: l.leaseToken,
-    }));
-    const r = await this.db.statement<{
-      job_id: string;
-      attempt_no: number;
-      lease_expires_at: Date;
-    }>(PREPARED.attemptHeartbeat, this.sql.attemptHeartbeat, [JSON.stringify(refs), leaseMs]);
-    const extended = new Map(
-      r.rows.map((row) => [leaseKey(row.job_id, row.attempt_no), toMs(row.lease_expires_at)]),
-    );
-    return leases.map((lease) => {
-      const until = extended.get(leaseKey(lease.jobId, lease.attemptNo));
-      return until === undefined
-        ? { lease, ok: false, leaseExpiresAt: null }
-        : { lease, ok: true, leaseExpiresAt: until };
-    });
-  }
-
   attemptFinishMany(p: { finishes: AttemptFinish[] }): Promise<boolean[]> {
     return this.finishes.call(p.finishes);
   }
 
-  /**
-   * Outcomes, one statement for the whole (merged) batch. What rules.ts would say of each finish
-   * under a held lease depends on the locked rows only through the dispatch marker, so it is
-   * judged here for both cases, and the statement applies the verdict for the case it finds.
-   */
-  private async finishNow(finishes: AttemptFinish[]): Promise<boolean[]> {
-    const verdicts = finishes.map((f) => ({
-      unmarked: finishViolation(f, null),
-      marked: finishViolation(f, 0),
-    }));
-    const col = <T>(fn: (f: AttemptFinish) => T): T[] => finishes.map(fn);
-    // What the plan decides without the rows; the statement adds the fence and the clock.
-    const planned = finishes.map(finishParams);
-    const pcol = <T>(fn: (f: FinishParams) => T): T[] => planned.map(fn);
-    const r = await this.db.statement<{ applied: boolean; requeued: string | null }>(
-      PREPARED.attemptFinish,
-      this.sql.attemptFinish,
-      [
-        col((f) => f.lease.jobId),
-        col((f) => f.lease.attemptNo),
-        col((f) => f.lease.leaseToken),
-        col((f) => f.state),
-        col((f) => f.reason),
-        col((f) => f.resultJson),
-        col((f) => jsonOrNull(f.error)),
-        pcol((f) => f.jobTo),
-        pcol((f) => f.runDelayMs),
-        pcol((f) => f.checkAfterDispatchMs),
-        pcol((f) => f.jobResultJson),
-        pcol((f) => f.jobErrorJson),
-        pcol((f) => f.eventKind),
-        col((f) => f.actor),
-        pcol((f) => f.eventDetailJson),
-        verdicts.map((v) => v.unmarked !== undefined),
-        verdicts.map((v) => v.marked !== undefined),
-        this.channel,
-        pcol((f) => f.resetsLookupFailures),
-        pcol((f) => isTerminal(f.jobTo)),
-      ],
-      (what) => {
-        // "finish <index from 1> marked|unmarked": rethrow what rules.ts said of that finish.
-        const m = /^finish (\d+) (marked|unmarked)$/.exec(what);
-        const v = m ? verdicts[Number(m[1]) - 1] : undefined;
-        return (m?.[2] === 'marked' ? v?.marked : v?.unmarked) ?? new InvariantViolation(what);
-      },
-    );
-    assert(r.rows.length === finishes.length, 'the finish statement answered once per outcome');
-    const requeued = new Set<string>();
-    for (const row of r.rows) if (row.requeued !== null) requeued.add(row.requeued);
-    this.wakeLocal(requeued);
-    return r.rows.map((row) => row.applied);
+  attemptExpiredList(p: { skewMs: number; limit: number }): Promise<ExpiredAttempt[]> {
+    return reads.attemptExpiredList(this.h, p);
   }
 
-  async attemptExpiredList(p: { skewMs: number; limit: number }): Promise<ExpiredAttempt[]> {
-    const r = await this.db.run(
-      (c) =>
-        c.query<{ job: JobRow; attempt: AttemptRow }>(this.sql.attemptExpiredList, [
-          p.skewMs,
-          p.limit,
-        ]),
-      { reads: true },
-    );
-    return r.rows.map((row) => ({
-      attempt: attemptFromRow(row.attempt),
-      job: jobFromRow(row.job),
-    }));
-  }
-
-  async attemptExpireMany(p: { expiries: AttemptExpire[]; skewMs: number }): Promise<boolean[]> {
-    if (p.expiries.length === 0) return [];
-    return this.db.tx(async (c) => {
-      const { now, locked } = await this.lockLeases(
-        c,
-        p.expiries.map((e) => e.lease),
-      );
-      const w = new TxWrites();
-      const applied = p.expiries.map((e) => {
-        const l = locked.get(leaseKey(e.lease.jobId, e.lease.attemptNo));
-        // Judged again under the lock: a second reclaimer, or a late heartbeat, finds nothing to do.
-        const plan = planExpire({
-          job: l?.job,
-          attempt: l?.attempt,
-          expire: e,
-          skewMs: p.skewMs,
-          now,
-        });
-        if (!plan || !l) return false;
-        w.add(l.job, plan);
-        // A second expiry of the same lease in this batch finds it ended.
-        l.attempt = { ...l.attempt, state: e.state };
-        return true;
-      });
-      await this.flush(c, w, now);
-      return applied;
-    });
+  attemptExpireMany(p: { expiries: AttemptExpire[]; skewMs: number }): Promise<boolean[]> {
+    return moves.attemptExpireMany(this.h, p);
   }
 
   // ---------------------------------------------------------------- events and stats
@@ -728,20 +392,8 @@ export class PostgresStore implements Store {
     return this.db.run((c) => approvalStats(c, this.target()), { reads: true });
   }
 
-  async statsGet(): Promise<StoreStats> {
-    // Counting every job is a scan: allowed here (see the pool's `connect` handler).
-    const r = await this.db.tx(async (c) => {
-      await c.query('SET LOCAL enable_seqscan = on');
-      return c.query<{
-        now: Date;
-        counts: { queue: string; state: JobState; n: number }[];
-        oldest: { queue: string; t: string }[];
-        by_operation: { operation: string; unknown: number; needs_review: number }[];
-        expired: number;
-      }>(this.sql.stats);
-    });
-    const row = r.rows[0]!;
-    return statsFromRows({ ...row, byOperation: row.by_operation });
+  statsGet(): Promise<StoreStats> {
+    return reads.statsGet(this.h);
   }
 
   // ---------------------------------------------------------------- notifications
@@ -771,38 +423,6 @@ export class PostgresStore implements Store {
 }
 
 // ------------------------------------------------------------------ helpers
-
-function leaseKey(jobId: string, attemptNo: number): string {
-  return `${jobId}#${attemptNo}`;
-}
-
-/** The claim statement's row: the job's columns (times in ms) and its new attempt's. */
-type ClaimRow = JobRow & {
-  a_lease_token: string;
-  a_leased_at: number;
-  a_lease_expires_at: number;
-};
-
-/**
- * What rules.ts's `assertFinishLegal` says of a finish whose lease holds (so job and attempt are
- * LEASED, on the lease's attempt), given whether the attempt carries a dispatch marker: the
- * error it throws, or undefined. It reads nothing else of the locked rows; should it ever read
- * more, the statement that applies this verdict must pass that too.
- */
-function finishViolation(
-  f: AttemptFinish,
-  dispatchedAt: number | null,
-): InvariantViolation | undefined {
-  const job = { id: f.lease.jobId, state: 'LEASED' } as JobRecord;
-  const attempt = { attemptNo: f.lease.attemptNo, state: 'LEASED', dispatchedAt } as AttemptRecord;
-  try {
-    assertFinishLegal(job, attempt, f);
-    return undefined;
-  } catch (err) {
-    if (err instanceof InvariantViolation) return err;
-    throw err;
-  }
-}
 
 /** Takes `?schema=` out of the URL (it is reckon's, not the driver's) and validates the name. */
 function splitSchema(
