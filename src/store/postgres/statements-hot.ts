@@ -1,0 +1,291 @@
+/**
+ * The PostgreSQL worker's hot statements (see statements.ts for the conventions): claim, dispatch
+ * marker, outcome, heartbeat. Each is ONE statement; their SQL and their number are fixed.
+ */
+import {
+  FIRST_OF_LEASE,
+  LEASE_HOLDS,
+  NOW,
+  fail,
+  jobColumns,
+  lockedLeases,
+  millis,
+  toMs,
+  type Tables,
+} from './sql-parts.js';
+
+/** The claim statement around its `picked` CTE (the due jobs to lease, locked). */
+// The claim commits without waiting for its WAL flush (`synchronous_commit` off for its own
+// transaction only): nothing acts on a claim but its dispatch marker, a synchronous commit
+// after it, and WAL is flushed in order, so the marker is never durable without its claim. A
+// claim lost to a server crash was acted on by nobody: its job is simply QUEUED again.
+function claim(t: Tables, picked: string): string {
+  const { jobs, attempts, events } = t;
+  return `
+WITH now AS MATERIALIZED (SELECT ${NOW} AS t, set_config('synchronous_commit', 'off', true) AS async),${picked},
+leased AS (
+  UPDATE ${jobs} j SET state = 'LEASED', attempt_count = j.attempt_count + 1, updated_at = now.t,
+    next_check_at = NULL
+  FROM now
+  -- By primary key whatever the plan: a generic plan must not guess picked is big and scan jobs.
+  -- No state test: picked locked these rows as QUEUED (rechecked on their latest version), so
+  -- they still are; with one, the planner could match the claim index's predicate and walk every
+  -- waiting job filtering by id (seen with stale statistics: 20 ms a claim at 10,000 waiting).
+  WHERE j.id = ANY (ARRAY(SELECT picked.id FROM picked))
+  -- The new attempt's token and times, made here so that the answer needs no join of the job
+  -- with its attempt (planned as a nested loop on the CTEs' guessed sizes: quadratic).
+  RETURNING j.*, gen_random_uuid()::text AS a_lease_token, now.t AS a_leased_at,
+    now.t + ${millis('$4')} AS a_lease_expires_at
+),
+attempt AS (
+  INSERT INTO ${attempts} (job_id, attempt_no, request_key, request_fingerprint, state, owner_id,
+    lease_token, leased_at, lease_expires_at)
+  SELECT l.id, l.attempt_count, l.request_key, l.request_fingerprint, 'LEASED', $3,
+    l.a_lease_token, l.a_leased_at, l.a_lease_expires_at
+  FROM leased l
+),
+leased_event AS (
+  INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, from_state, to_state, actor, detail_json, at)
+  SELECT l.id, l.attempt_count, l.request_fingerprint, 'leased', 'QUEUED', 'LEASED', $3,
+    json_build_object('leaseMs', $4::bigint)::text, now.t
+  FROM leased l, now
+)
+SELECT ${jobColumns('l')},
+  l.a_lease_token, ${toMs('l.a_leased_at')} AS a_leased_at,
+  ${toMs('l.a_lease_expires_at')} AS a_lease_expires_at
+FROM leased l
+ORDER BY l.priority DESC, l.run_at, l.id`;
+}
+
+/** Claims (one queue, several) and heartbeats. */
+export function claimStatements(t: Tables) {
+  const { jobs, attempts } = t;
+  return {
+    // ------------------------------------------------------------ attempts
+
+    /**
+     * $1 queue (text), $2 operations (text[]), $3 owner id, $4 lease (ms); `limit` is the SQL of
+     * the limit: a literal (up to CLAIM_LIMIT_INLINE_MAX) or $5.
+     * Takes due QUEUED jobs by priority DESC, run_at, id, skipping rows other claimers hold, and
+     * gives each a new LEASED attempt with a fresh token, expiring $4 ms after now on the
+     * database's clock. One statement: one round trip, all or nothing. The queue is read along
+     * the `jobs_claim` index in claim order, so a claim reads about `limit` rows however many
+     * wait. Returns the job (times as epoch ms) and its new attempt's columns (prefixed `a_`).
+     */
+    attemptClaim: (limit: string) =>
+      claim(
+        t,
+        `
+picked AS MATERIALIZED (
+  SELECT j.id FROM ${jobs} j
+  WHERE j.state = 'QUEUED' AND j.queue = $1::text AND j.run_at <= (SELECT t FROM now)
+    AND j.operation = ANY($2::text[])
+  ORDER BY j.priority DESC, j.run_at, j.id
+  LIMIT ${limit}
+  FOR UPDATE SKIP LOCKED
+)`,
+      ),
+
+    /**
+     * `attemptClaim` over several queues: $1 queues (text[]). Each queue is read on its own along
+     * the index, then the best `limit` of them are taken (rows locked beyond those are released
+     * at once, unchanged).
+     */
+    attemptClaimQueues: (limit: string) =>
+      claim(
+        t,
+        `
+picked AS MATERIALIZED (
+  SELECT c.id, c.priority, c.run_at
+  FROM (SELECT DISTINCT q FROM unnest($1::text[]) AS q) qs
+  CROSS JOIN LATERAL (
+    SELECT j.id, j.priority, j.run_at FROM ${jobs} j
+    WHERE j.state = 'QUEUED' AND j.queue = qs.q AND j.run_at <= (SELECT t FROM now)
+      AND j.operation = ANY($2::text[])
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT ${limit}
+    FOR UPDATE SKIP LOCKED
+  ) c
+  ORDER BY c.priority DESC, c.run_at, c.id
+  LIMIT ${limit}
+)`,
+      ),
+
+    /**
+     * $1 JSON array of { job_id, attempt_no, lease_token }, $2 lease (ms). Extends each LEASED,
+     * unexpired lease to now + $2; rows are locked in job order first (no deadlock with batches
+     * of the reclaimer), and the clock is read per row after its lock. Returns those extended.
+     */
+    attemptHeartbeat: `
+WITH held AS (
+  SELECT a.job_id, a.attempt_no
+  FROM ${attempts} a
+  JOIN json_to_recordset($1::json) AS r(job_id text, attempt_no int, lease_token text)
+    ON a.job_id = r.job_id AND a.attempt_no = r.attempt_no AND a.lease_token = r.lease_token
+  -- By key whatever the plan (not along attempts_expiry, whose dead entries pile up).
+  WHERE a.state = 'LEASED'
+    AND a.job_id = ANY (ARRAY(SELECT k.job_id FROM json_to_recordset($1::json) AS k(job_id text)))
+  ORDER BY a.job_id
+  FOR UPDATE OF a
+)
+UPDATE ${attempts} a SET lease_expires_at = ${NOW} + ${millis('$2')}
+FROM held
+WHERE a.job_id = held.job_id AND a.attempt_no = held.attempt_no AND a.state = 'LEASED'
+  AND a.lease_expires_at > ${NOW}
+RETURNING a.job_id, a.attempt_no, a.lease_expires_at`,
+  };
+}
+
+/** The dispatch marker (invariant 3). */
+export function dispatchStatements(t: Tables) {
+  const { jobs, attempts, events } = t;
+  return {
+    /**
+     * Invariant 3 in ONE statement. $1 job ids (text[]), $2 attempt nos (int[]), $3 lease tokens
+     * (text[]), one lease per index. Locks every lease's job and attempt (`lockedLeases`), judges
+     * each on the locked rows and the clock after the locks (rules.ts `leaseHolds`, then the
+     * lease unexpired), sets `dispatched_at` of those that pass, fenced again on token, state and
+     * expiry, and appends their `dispatched` events. Returns one row per lease, in order: status
+     * ok | lease-lost | lease-expired, the lease's expiry and now (epoch ms). A held, unexpired
+     * lease that is already marked (or named twice) aborts the statement, naming the first such
+     * lease: dispatched twice is a bug.
+     */
+    attemptDispatch: `
+WITH input AS MATERIALIZED (
+  SELECT * FROM unnest($1::text[], $2::int[], $3::text[]) WITH ORDINALITY
+    AS i(job_id, attempt_no, lease_token, ord)
+),
+${lockedLeases(jobs, attempts)},
+judged AS MATERIALIZED (
+  SELECT i.ord, i.job_id, i.attempt_no, i.lease_token, l.request_fingerprint, l.owner_id,
+    l.lease_expires_at,
+    CASE
+      WHEN NOT ${LEASE_HOLDS} THEN 'lease-lost'
+      WHEN l.lease_expires_at <= now.t THEN 'lease-expired'
+      WHEN l.dispatched_at IS NOT NULL OR NOT ${FIRST_OF_LEASE} THEN 'twice'
+      ELSE 'ok'
+    END AS status
+  FROM input i CROSS JOIN now
+  LEFT JOIN locked l ON l.id = i.job_id AND l.attempt_no = i.attempt_no
+),
+first_bad AS MATERIALIZED (SELECT min(ord) AS ord FROM judged WHERE status = 'twice'),
+marked AS (
+  UPDATE ${attempts} a SET dispatched_at = now.t
+  FROM judged g, now
+  -- Judged LEASED on the locked row: no state test here (see lockedLeases).
+  WHERE g.status = 'ok' AND a.job_id = g.job_id AND a.attempt_no = g.attempt_no
+    AND a.lease_token = g.lease_token AND a.dispatched_at IS NULL
+    AND a.lease_expires_at > now.t
+  RETURNING a.job_id
+),
+dispatched_event AS (
+  INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, actor, at)
+  SELECT g.job_id, g.attempt_no, g.request_fingerprint, 'dispatched', g.owner_id, now.t
+  FROM judged g, now
+  WHERE g.status = 'ok'
+  ORDER BY g.ord
+)
+SELECT g.status, ${toMs('g.lease_expires_at')} AS lease_expires_at, ${toMs('now.t')} AS now,
+  CASE
+    WHEN g.ord = f.ord
+      THEN ${fail(`'job ' || g.job_id || ' attempt ' || g.attempt_no || ' dispatched twice'`)}
+    WHEN g.ord = 1 AND f.ord IS NULL
+        AND (SELECT count(*) FROM marked) <> (SELECT count(*) FROM judged WHERE status = 'ok')
+      THEN ${fail(`'not every held lease took its dispatch marker (batch of job ' || g.job_id || ')'`)}
+  END AS violated
+FROM judged g CROSS JOIN now CROSS JOIN first_bad f
+ORDER BY g.ord`,
+  };
+}
+
+/**
+ * `attemptFinish`: outcomes in ONE statement. One finish per index of the arrays: $1 job id,
+ * $2 attempt no, $3 lease token, $4 attempt state, $5 reason, $6 attempt result_json, $7 attempt error_json,
+ * $8 job's next state, $9 QUEUED: run delay (ms), $10 UNKNOWN: next check this long after
+ * the marker (ms), $11 job result_json, $12 job error_json (each null = keep the column),
+ * $13 event kind, $14 actor, $15 event detail_json, $16 / $17: the outcome breaks an
+ * invariant if the attempt has no marker / has one (rules.ts `assertFinishLegal`, judged by
+ * the store beforehand for both cases); $18 the channel; $19 the job's lookup failures
+ * restart at 0, $20 the job's state is terminal (finished_at). $8–$13, $15, $19 and $20 are
+ * the plan's (plan/finish.ts `finishParams`): the statement adds the fence and the clock.
+ * Locks like `attemptDispatch`; a finish applies when its lease holds (rules.ts `leaseHolds`)
+ * and it is the first of that lease in the batch. Ends those attempts, moves their jobs
+ * (as the transaction path's `finishAttempt` does), appends their events and wakes the
+ * queues of requeued jobs. Returns `applied` per finish, in order, and `requeued`: the queue
+ * of a job it put back in line (else null). A finish that applies but breaks an invariant
+ * aborts the statement (`fail`: "finish <index> marked|unmarked", the first such finish),
+ * and is never written even for a moment, so no constraint fires first.
+ */
+export function finishStatements(t: Tables) {
+  const { jobs, attempts, events } = t;
+  return {
+    attemptFinish: `
+WITH input AS MATERIALIZED (
+  SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[],
+      $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::text[], $13::text[],
+      $14::text[], $15::text[], $16::bool[], $17::bool[], $19::bool[], $20::bool[]) WITH ORDINALITY
+    AS i(job_id, attempt_no, lease_token, state, reason, result_json, error_json, job_to,
+      run_delay_ms, check_after_ms, job_result_json, job_error_json, kind, actor, detail_json,
+      bad_unmarked, bad_marked, resets_lookups, terminal, ord)
+),
+${lockedLeases(jobs, attempts)},
+held AS MATERIALIZED (
+  SELECT i.*, l.request_fingerprint, l.queue, l.dispatched_at,
+    ${LEASE_HOLDS} AND ${FIRST_OF_LEASE} AS applies
+  FROM input i
+  LEFT JOIN locked l ON l.id = i.job_id AND l.attempt_no = i.attempt_no
+),
+judged AS MATERIALIZED (
+  SELECT h.*,
+    h.applies AND CASE WHEN h.dispatched_at IS NULL THEN h.bad_unmarked ELSE h.bad_marked END AS bad
+  FROM held h
+),
+first_bad AS MATERIALIZED (SELECT min(ord) AS ord FROM judged WHERE bad),
+ended AS (
+  UPDATE ${attempts} a SET state = g.state, finished_at = now.t, result_json = g.result_json,
+    error_json = g.error_json, reason = g.reason
+  FROM judged g, now
+  -- Judged LEASED on the locked row: no state test here (see lockedLeases).
+  WHERE g.applies AND NOT g.bad AND a.job_id = g.job_id AND a.attempt_no = g.attempt_no
+    AND a.lease_token = g.lease_token
+  RETURNING a.job_id
+),
+moved AS (
+  UPDATE ${jobs} j SET
+    state = g.job_to,
+    updated_at = now.t,
+    run_at = CASE WHEN g.run_delay_ms IS NULL THEN j.run_at ELSE now.t + ${millis('g.run_delay_ms')} END,
+    next_check_at = CASE WHEN g.check_after_ms IS NULL THEN NULL
+      ELSE coalesce(g.dispatched_at, now.t) + ${millis('g.check_after_ms')} END,
+    lookup_failures = CASE WHEN g.resets_lookups THEN 0 ELSE j.lookup_failures END,
+    result_json = coalesce(g.job_result_json, j.result_json),
+    error_json = coalesce(g.job_error_json, j.error_json),
+    finished_at = CASE WHEN g.terminal THEN now.t END
+  FROM judged g, now
+  WHERE g.applies AND NOT g.bad AND j.id = g.job_id AND j.state = 'LEASED' AND j.attempt_count = g.attempt_no
+  RETURNING j.id
+),
+finished_event AS (
+  INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, from_state, to_state, actor, detail_json, at)
+  SELECT g.job_id, g.attempt_no, g.request_fingerprint, g.kind, 'LEASED', g.job_to, g.actor,
+    g.detail_json, now.t
+  FROM judged g, now
+  WHERE g.applies AND NOT g.bad
+  ORDER BY g.ord
+)
+SELECT g.applies AS applied,
+  CASE WHEN g.applies AND g.job_to = 'QUEUED' THEN g.queue END AS requeued,
+  CASE
+    WHEN g.ord = f.ord
+      THEN ${fail(`'finish ' || g.ord || CASE WHEN g.dispatched_at IS NULL THEN ' unmarked' ELSE ' marked' END`)}
+    WHEN g.ord = 1 AND f.ord IS NULL
+        AND ((SELECT count(*) FROM ended) <> (SELECT count(*) FROM judged WHERE applies)
+          OR (SELECT count(*) FROM moved) <> (SELECT count(*) FROM judged WHERE applies))
+      THEN ${fail(`'not every held lease took its outcome (batch of job ' || g.job_id || ')'`)}
+  END AS violated,
+  (SELECT count(pg_notify($18::text, q.queue))
+     FROM (SELECT DISTINCT queue FROM judged WHERE applies AND job_to = 'QUEUED') q) AS woken
+FROM judged g CROSS JOIN first_bad f
+ORDER BY g.ord`,
+  };
+}
