@@ -2,8 +2,7 @@
  * The migrations `init` would apply to a PostgreSQL schema, read without changing anything.
  */
 import pg from 'pg';
-import { SchemaTooNew } from '../../core/errors.js';
-import type { PendingMigrations } from '../sqlite/pending.js';
+import { pendingOf, type PendingMigrations } from '../pending.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from './schema.js';
 
 export async function pgPendingMigrations(p: {
@@ -26,18 +25,14 @@ export async function pgPendingMigrations(p: {
       );
       current = Number(v.rows[0]?.v ?? 0);
     }
-    if (current > LATEST_SCHEMA_VERSION)
-      throw new SchemaTooNew(p.location, current, LATEST_SCHEMA_VERSION);
-    return {
+    return pendingOf({
+      location: p.location,
       exists,
       current,
       latest: LATEST_SCHEMA_VERSION,
-      pending: MIGRATIONS.filter((m) => m.version > current).map((m) => ({
-        version: m.version,
-        name: m.name,
-        sql: `SET search_path TO ${pg.escapeIdentifier(p.schema)};\n${m.sql.trim()}`,
-      })),
-    };
+      migrations: MIGRATIONS,
+      sqlOf: (m) => `SET search_path TO ${pg.escapeIdentifier(p.schema)};\n${m.sql.trim()}`,
+    });
   } finally {
     await client.end();
   }

@@ -18,6 +18,7 @@ import {
   type JobRow,
 } from '../rows.js';
 import type { JobDetail, JobPruneParams, JobPruneResult, PrunableState } from '../store.js';
+import { emptyCounts, statesOf } from '../prune.js';
 import { quoteIdent } from './statements.js';
 
 interface Queryable {
@@ -33,20 +34,6 @@ export interface PruneHandle {
   tx: <T>(fn: (c: Queryable) => Promise<T>) => Promise<T>;
   /** Runs reads outside a transaction. */
   read: <T>(fn: (c: Queryable) => Promise<T>) => Promise<T>;
-}
-
-const PRUNABLE: readonly PrunableState[] = ['SUCCEEDED', 'FAILED', 'CANCELLED'];
-
-function emptyCounts(): Record<PrunableState, number> {
-  return { SUCCEEDED: 0, FAILED: 0, CANCELLED: 0 };
-}
-
-function statesOf(p: JobPruneParams): PrunableState[] {
-  const states = [...new Set(p.states)];
-  for (const s of states)
-    if (!PRUNABLE.includes(s))
-      throw new Error(`jobPruneMany: ${String(s)} is not a terminal state`);
-  return states;
 }
 
 /** `finished_at` old enough and a prunable state: $1 the cutoff (ms), $2 the states. */

@@ -3,22 +3,10 @@
  */
 import { existsSync } from 'node:fs';
 import Database from 'better-sqlite3';
-import { SchemaTooNew } from '../../core/errors.js';
+import { pendingOf, type PendingMigrations } from '../pending.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from './schema.js';
 
-export interface PendingMigration {
-  version: number;
-  name: string;
-  /** What it runs (SQLite: the SQL, and the CHECK constraints it rewrites). */
-  sql: string;
-}
-
-export interface PendingMigrations {
-  exists: boolean;
-  current: number;
-  latest: number;
-  pending: PendingMigration[];
-}
+export type { PendingMigration, PendingMigrations } from '../pending.js';
 
 export function sqlitePendingMigrations(path: string): PendingMigrations {
   let current = 0;
@@ -40,21 +28,15 @@ export function sqlitePendingMigrations(path: string): PendingMigrations {
       db.close();
     }
   }
-  if (current > LATEST_SCHEMA_VERSION)
-    throw new SchemaTooNew(`sqlite:${path}`, current, LATEST_SCHEMA_VERSION);
-  return {
+  return pendingOf({
+    location: `sqlite:${path}`,
     exists,
     current,
     latest: LATEST_SCHEMA_VERSION,
-    pending: MIGRATIONS.filter((m) => m.version > current).map((m) => ({
-      version: m.version,
-      name: m.name,
-      sql: [
-        m.sql.trim(),
-        ...(m.rewrites ?? []).map((r) => `-- table ${r.table}: ${r.from} -> ${r.to}`),
-      ]
+    migrations: MIGRATIONS,
+    sqlOf: (m) =>
+      [m.sql.trim(), ...(m.rewrites ?? []).map((r) => `-- table ${r.table}: ${r.from} -> ${r.to}`)]
         .filter(Boolean)
         .join('\n'),
-    })),
-  };
+  });
 }

@@ -16,20 +16,7 @@ import {
   type JobRow,
 } from '../rows.js';
 import type { JobDetail, JobPruneParams, JobPruneResult, PrunableState } from '../store.js';
-
-const PRUNABLE: readonly PrunableState[] = ['SUCCEEDED', 'FAILED', 'CANCELLED'];
-
-function emptyCounts(): Record<PrunableState, number> {
-  return { SUCCEEDED: 0, FAILED: 0, CANCELLED: 0 };
-}
-
-function statesOf(p: JobPruneParams): PrunableState[] {
-  const states = [...new Set(p.states)];
-  for (const s of states)
-    if (!PRUNABLE.includes(s))
-      throw new Error(`jobPruneMany: ${String(s)} is not a terminal state`);
-  return states;
-}
+import { emptyCounts, statesOf } from '../prune.js';
 
 const marks = (n: number) => Array.from({ length: n }, () => '?').join(',');
 
