@@ -962,7 +962,7 @@ describe.each(KINDS)('on %s', (k) => {
             running++;
             most = Math.max(most, running);
             effects.set(input.n, (effects.get(input.n) ?? 0) + 1);
-            await new Promise((r) => setTimeout(r, 120));
+            await new Promise((r) => setTimeout(r, 400));
             running--;
             return input.n;
           }),
@@ -972,13 +972,15 @@ describe.each(KINDS)('on %s', (k) => {
         slow,
         Array.from({ length: 12 }, (_, n) => ({ input: { n } })),
       );
-      // Leases far shorter than the wait of the last prefetched job: only heartbeats keep them.
+      // Leases shorter than the wait of the last prefetched job (two turns of 400 ms): only
+      // heartbeats keep them. A lease of 600 ms leaves room for a heartbeat that a loaded host
+      // delays by a few hundred ms (PostgreSQL's group commit under CI load did).
       const w = q.worker({
         operations: [slow],
         concurrency: 2,
         prefetch: 4,
-        leaseMs: 200,
-        heartbeatIntervalMs: 40,
+        leaseMs: 600,
+        heartbeatIntervalMs: 100,
         pollIntervalMs: 10,
         reclaimIntervalMs: 20,
         clockSkewToleranceMs: 0,
