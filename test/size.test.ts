@@ -75,7 +75,6 @@ const KNOWN: string[] = [
   'observe/metrics.ts (anonymous)',
   'server/api.ts apiRoutes',
   'server/api.ts (anonymous)',
-  'store/postgres/restore.ts reconcilePg',
   'testkit/chaos.ts runChaos',
 ];
 

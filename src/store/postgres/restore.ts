@@ -114,42 +114,9 @@ async function reconcilePg(
           WHERE j.state = 'LEASED' AND a.state = 'LEASED' AND a.dispatched_at IS NULL`)
         ).rowCount ?? 0;
     if (mode === 'unfinished') {
-      const q = await c.query(
-        `WITH due AS (
-           SELECT id, attempt_count + 1 AS no, request_key, request_fingerprint AS fp, timeout_ms
-           FROM jobs WHERE state = 'QUEUED' AND run_at <= ${NOW} FOR UPDATE),
-         att AS (
-           INSERT INTO attempts (job_id, attempt_no, request_key, request_fingerprint, state, owner_id,
-             lease_token, leased_at, lease_expires_at)
-           SELECT id, no, request_key, fp, 'LEASED', 'restore', gen_random_uuid()::text, ${NOW}, ${NOW}
-           FROM due),
-         job AS (
-           UPDATE jobs SET state = 'LEASED', attempt_count = due.no, updated_at = ${NOW}, next_check_at = NULL
-           FROM due WHERE jobs.id = due.id),
-         ev AS (
-           INSERT INTO events (job_id, attempt_no, request_fingerprint, kind, from_state, to_state, actor, detail_json, at)
-           SELECT id, no, fp, 'leased', 'QUEUED', 'LEASED', 'restore', $1, ${NOW} FROM due)
-         INSERT INTO reckon_restore SELECT id, no, fp, timeout_ms FROM due`,
-        [detail({ restore: true })],
-      );
-      queued = q.rowCount ?? 0;
+      queued = await leaseDue(c, detail({ restore: true }));
     }
-    await c.query(
-      `UPDATE attempts a SET state = 'UNKNOWN', dispatched_at = ${NOW}, finished_at = ${NOW}, reason = $1
-       FROM reckon_restore r WHERE a.job_id = r.id AND a.attempt_no = r.no AND a.state = 'LEASED'`,
-      [REASON],
-    );
-    await c.query(
-      `UPDATE jobs j SET state = 'UNKNOWN', updated_at = ${NOW}, lookup_failures = 0,
-         next_check_at = ${NOW} + (r.timeout_ms + $1::bigint) * interval '1 millisecond'
-       FROM reckon_restore r WHERE j.id = r.id`,
-      [DEFAULT_RECONCILE.graceMs],
-    );
-    await c.query(
-      `INSERT INTO events (job_id, attempt_no, request_fingerprint, kind, from_state, to_state, actor, detail_json, at)
-       SELECT id, no, fp, 'attempt-unknown', 'LEASED', 'UNKNOWN', 'restore', $1, ${NOW} FROM reckon_restore`,
-      [detail({ attemptState: 'UNKNOWN', reason: REASON })],
-    );
+    await markUnknown(c, detail({ attemptState: 'UNKNOWN', reason: REASON }));
     const v = await c.query<{ v: number | null }>(
       'SELECT max(version) AS v FROM reckon_migrations',
     );
@@ -167,4 +134,47 @@ async function reconcilePg(
     await c.query('ROLLBACK').catch(() => undefined);
     throw err;
   }
+}
+
+/** Leases every due QUEUED job to "restore" (listed in reckon_restore); how many. */
+async function leaseDue(c: pg.Client, detailJson: string): Promise<number> {
+  const q = await c.query(
+    `WITH due AS (
+       SELECT id, attempt_count + 1 AS no, request_key, request_fingerprint AS fp, timeout_ms
+       FROM jobs WHERE state = 'QUEUED' AND run_at <= ${NOW} FOR UPDATE),
+     att AS (
+       INSERT INTO attempts (job_id, attempt_no, request_key, request_fingerprint, state, owner_id,
+         lease_token, leased_at, lease_expires_at)
+       SELECT id, no, request_key, fp, 'LEASED', 'restore', gen_random_uuid()::text, ${NOW}, ${NOW}
+       FROM due),
+     job AS (
+       UPDATE jobs SET state = 'LEASED', attempt_count = due.no, updated_at = ${NOW}, next_check_at = NULL
+       FROM due WHERE jobs.id = due.id),
+     ev AS (
+       INSERT INTO events (job_id, attempt_no, request_fingerprint, kind, from_state, to_state, actor, detail_json, at)
+       SELECT id, no, fp, 'leased', 'QUEUED', 'LEASED', 'restore', $1, ${NOW} FROM due)
+     INSERT INTO reckon_restore SELECT id, no, fp, timeout_ms FROM due`,
+    [detailJson],
+  );
+  return q.rowCount ?? 0;
+}
+
+/** Ends the listed attempts UNKNOWN, their jobs UNKNOWN due for a lookup, with events. */
+async function markUnknown(c: pg.Client, detailJson: string): Promise<void> {
+  await c.query(
+    `UPDATE attempts a SET state = 'UNKNOWN', dispatched_at = ${NOW}, finished_at = ${NOW}, reason = $1
+     FROM reckon_restore r WHERE a.job_id = r.id AND a.attempt_no = r.no AND a.state = 'LEASED'`,
+    [REASON],
+  );
+  await c.query(
+    `UPDATE jobs j SET state = 'UNKNOWN', updated_at = ${NOW}, lookup_failures = 0,
+       next_check_at = ${NOW} + (r.timeout_ms + $1::bigint) * interval '1 millisecond'
+     FROM reckon_restore r WHERE j.id = r.id`,
+    [DEFAULT_RECONCILE.graceMs],
+  );
+  await c.query(
+    `INSERT INTO events (job_id, attempt_no, request_fingerprint, kind, from_state, to_state, actor, detail_json, at)
+     SELECT id, no, fp, 'attempt-unknown', 'LEASED', 'UNKNOWN', 'restore', $1, ${NOW} FROM reckon_restore`,
+    [detailJson],
+  );
 }
