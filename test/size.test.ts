@@ -65,10 +65,8 @@ const files = sourceFiles(SRC);
  */
 const KNOWN: string[] = [
   'cli/commands/chaos.ts registerChaos',
-  'cli/commands/jobs.ts registerJobs',
   'cli/commands/mcp.ts registerMcp',
   'cli/commands/restore.ts registerRestore',
-  'cli/commands/review.ts registerReview',
   'cli/commands/serve.ts registerServe',
   'cli/commands/status.ts registerStatus',
   'cli/commands/work.ts registerWork',

@@ -42,6 +42,46 @@ export function registerJobs(program: Command): void {
     .summary('list, show and cancel jobs')
     .description('Inspect the journal: jobs, their attempts and the events that changed them.');
 
+  registerList(jobs);
+
+  const show = jobs
+    .command('show')
+    .summary('one job with its attempts and events')
+    .description('Shows one job: its state, attempts (with dispatch markers) and events.')
+    .argument('<id>', 'the job id');
+  addStoreOption(show);
+  addJsonOption(show, 'print the job, attempts and events as JSON');
+  show.action(async (id: string, flags: ShowFlags) => {
+    const detail = await withQueue(flags.store, { mustExist: true }, (q) => q.job(id));
+    if (!detail) throw new JobNotFound(id);
+    if (flags.json) return printJson(detail);
+    printDetail(detail);
+  });
+
+  const cancel = jobs
+    .command('cancel')
+    .summary('cancel a job that has not dispatched its request')
+    .description(
+      'Cancels a job whose request has not been dispatched: a QUEUED job, or a LEASED one ' +
+        'before its dispatch marker. A job that may have caused its side effect cannot be ' +
+        'cancelled (JOB_STATE_CONFLICT); use `reckon review` for those.',
+    )
+    .argument('<id>', 'the job id')
+    .option('--actor <name>', 'who cancels, kept in the journal', 'cli')
+    .option('--reason <text>', 'why, kept in the journal');
+  addStoreOption(cancel);
+  addJsonOption(cancel, 'print the cancelled job as JSON');
+  cancel.action(async (id: string, flags: CancelFlags) => {
+    const job = await withQueue(flags.store, { mustExist: true }, (q) =>
+      q.cancel(id, { actor: flags.actor, ...(flags.reason ? { reason: flags.reason } : {}) }),
+    );
+    if (flags.json) return printJson(job);
+    println(`job ${job.id} cancelled`);
+  });
+}
+
+/** `reckon jobs list`. */
+function registerList(jobs: Command): void {
   const list = jobs
     .command('list')
     .summary('list jobs, newest first, with filters')
@@ -89,41 +129,6 @@ export function registerJobs(program: Command): void {
     );
     if (rows.length === flags.limit)
       println(`(first ${rows.length}; next page: --before ${rows.at(-1)!.id})`);
-  });
-
-  const show = jobs
-    .command('show')
-    .summary('one job with its attempts and events')
-    .description('Shows one job: its state, attempts (with dispatch markers) and events.')
-    .argument('<id>', 'the job id');
-  addStoreOption(show);
-  addJsonOption(show, 'print the job, attempts and events as JSON');
-  show.action(async (id: string, flags: ShowFlags) => {
-    const detail = await withQueue(flags.store, { mustExist: true }, (q) => q.job(id));
-    if (!detail) throw new JobNotFound(id);
-    if (flags.json) return printJson(detail);
-    printDetail(detail);
-  });
-
-  const cancel = jobs
-    .command('cancel')
-    .summary('cancel a job that has not dispatched its request')
-    .description(
-      'Cancels a job whose request has not been dispatched: a QUEUED job, or a LEASED one ' +
-        'before its dispatch marker. A job that may have caused its side effect cannot be ' +
-        'cancelled (JOB_STATE_CONFLICT); use `reckon review` for those.',
-    )
-    .argument('<id>', 'the job id')
-    .option('--actor <name>', 'who cancels, kept in the journal', 'cli')
-    .option('--reason <text>', 'why, kept in the journal');
-  addStoreOption(cancel);
-  addJsonOption(cancel, 'print the cancelled job as JSON');
-  cancel.action(async (id: string, flags: CancelFlags) => {
-    const job = await withQueue(flags.store, { mustExist: true }, (q) =>
-      q.cancel(id, { actor: flags.actor, ...(flags.reason ? { reason: flags.reason } : {}) }),
-    );
-    if (flags.json) return printJson(job);
-    println(`job ${job.id} cancelled`);
   });
 }
 

@@ -41,43 +41,7 @@ export function registerReview(program: Command): void {
         'Check the downstream yourself, then record the decision with `review resolve`.',
     );
 
-  const list = review
-    .command('list')
-    .summary('jobs waiting for a decision, with their evidence')
-    .description('Lists NEEDS_REVIEW jobs, oldest first, with the evidence to decide on.')
-    .option('--operation <name>', 'only this operation')
-    .option('--limit <n>', 'at most this many jobs', intOption(1, 10_000), 100);
-  addStoreOption(list);
-  addJsonOption(list, 'print [{ job, attempts, events, evidence }] as JSON');
-  list.action(async (flags: ListFlags) => {
-    const details = await withQueue(flags.store, { mustExist: true }, (q) =>
-      q.review.list({
-        limit: flags.limit,
-        ...(flags.operation ? { operation: flags.operation } : {}),
-      }),
-    );
-    const items = details.map((d) => ({ ...d, evidence: evidenceOf(d) }));
-    if (flags.json) return printJson(items);
-    if (items.length === 0) return println('nothing to review');
-    println(
-      table(
-        ['id', 'operation', 'request key', 'last attempt', 'dispatched at', 'why'],
-        items.map(({ job, evidence: e }) => [
-          job.id,
-          job.operation,
-          brief(job.requestKey, 30),
-          e.lastAttemptNo === null
-            ? '-'
-            : `#${e.lastAttemptNo} ${e.lastAttemptState ?? ''}${e.reason ? ` (${e.reason})` : ''}${e.error ? `\n${brief(e.error, 50)}` : ''}`,
-          formatTime(e.dispatchedAt),
-          brief(e.why, 70),
-        ]),
-      ),
-    );
-    println(
-      `${items.length} job(s) to review. Decide with: reckon review resolve <id> --as succeeded|failed|retry --actor <you>`,
-    );
-  });
+  registerReviewList(review);
 
   const resolve = review
     .command('resolve')
@@ -114,6 +78,47 @@ export function registerReview(program: Command): void {
     if (flags.json) return printJson(job);
     println(
       `job ${job.id} resolved as ${flags.as} by operator:${flags.actor.trim()}; now ${job.state}`,
+    );
+  });
+}
+
+/** `reckon review list`. */
+function registerReviewList(review: Command): void {
+  const list = review
+    .command('list')
+    .summary('jobs waiting for a decision, with their evidence')
+    .description('Lists NEEDS_REVIEW jobs, oldest first, with the evidence to decide on.')
+    .option('--operation <name>', 'only this operation')
+    .option('--limit <n>', 'at most this many jobs', intOption(1, 10_000), 100);
+  addStoreOption(list);
+  addJsonOption(list, 'print [{ job, attempts, events, evidence }] as JSON');
+  list.action(async (flags: ListFlags) => {
+    const details = await withQueue(flags.store, { mustExist: true }, (q) =>
+      q.review.list({
+        limit: flags.limit,
+        ...(flags.operation ? { operation: flags.operation } : {}),
+      }),
+    );
+    const items = details.map((d) => ({ ...d, evidence: evidenceOf(d) }));
+    if (flags.json) return printJson(items);
+    if (items.length === 0) return println('nothing to review');
+    println(
+      table(
+        ['id', 'operation', 'request key', 'last attempt', 'dispatched at', 'why'],
+        items.map(({ job, evidence: e }) => [
+          job.id,
+          job.operation,
+          brief(job.requestKey, 30),
+          e.lastAttemptNo === null
+            ? '-'
+            : `#${e.lastAttemptNo} ${e.lastAttemptState ?? ''}${e.reason ? ` (${e.reason})` : ''}${e.error ? `\n${brief(e.error, 50)}` : ''}`,
+          formatTime(e.dispatchedAt),
+          brief(e.why, 70),
+        ]),
+      ),
+    );
+    println(
+      `${items.length} job(s) to review. Decide with: reckon review resolve <id> --as succeeded|failed|retry --actor <you>`,
     );
   });
 }
