@@ -65,10 +65,6 @@ const files = sourceFiles(SRC);
  */
 const KNOWN: string[] = [
   'cli/commands/chaos.ts registerChaos',
-  'cli/commands/mcp.ts registerMcp',
-  'cli/commands/restore.ts registerRestore',
-  'cli/commands/serve.ts registerServe',
-  'cli/commands/status.ts registerStatus',
   'cli/commands/work.ts registerWork',
   'observe/metrics.ts (anonymous)',
   'server/api.ts apiRoutes',

@@ -70,44 +70,46 @@ export function registerMcp(program: Command): void {
         '  $ reckon mcp --operations ./ops.js --http 8788 --approvals list',
     );
   addStoreOption(cmd);
-  cmd.action(async (flags: McpFlags) => {
-    const mcp = await loadMcp();
-    const operations = await loadOperations(flags.operations);
-    const logger = createLogger({ level: flags.logLevel });
-    const q = await openCliQueue(flags.store, { mustExist: true, operations, logger });
-    let worker: Worker | undefined;
-    try {
-      if (flags.work) {
-        worker = q.worker({ operations });
-        await worker.start();
-      }
-      const options = {
-        operations,
-        waitMs: flags.waitMs,
-        approvals: flags.approvals,
-        ...(flags.scope !== undefined ? { scope: flags.scope } : {}),
-      };
-      const queue: McpQueue = q;
-      if (flags.http === undefined) {
-        const { closed } = await mcp.serveStdio(queue, options);
-        // The client went away (even killed, without closing): stdin ends, so do we.
-        const stdinEnded = new Promise<void>((resolve) => process.stdin.once('end', resolve));
-        await Promise.race([closed, stdinEnded, stopSignal()]);
-      } else {
-        const endpoint = await mcp.serveHttp(queue, {
-          ...options,
-          port: flags.http,
-          host: flags.host,
-        });
-        process.stderr.write(`reckon: MCP server at ${endpoint.url}\n`);
-        await stopSignal();
-        await endpoint.close();
-      }
-    } finally {
-      await worker?.stop();
-      await q.close();
+  cmd.action(runMcp);
+}
+
+async function runMcp(flags: McpFlags): Promise<void> {
+  const mcp = await loadMcp();
+  const operations = await loadOperations(flags.operations);
+  const logger = createLogger({ level: flags.logLevel });
+  const q = await openCliQueue(flags.store, { mustExist: true, operations, logger });
+  let worker: Worker | undefined;
+  try {
+    if (flags.work) {
+      worker = q.worker({ operations });
+      await worker.start();
     }
-  });
+    const options = {
+      operations,
+      waitMs: flags.waitMs,
+      approvals: flags.approvals,
+      ...(flags.scope !== undefined ? { scope: flags.scope } : {}),
+    };
+    const queue: McpQueue = q;
+    if (flags.http === undefined) {
+      const { closed } = await mcp.serveStdio(queue, options);
+      // The client went away (even killed, without closing): stdin ends, so do we.
+      const stdinEnded = new Promise<void>((resolve) => process.stdin.once('end', resolve));
+      await Promise.race([closed, stdinEnded, stopSignal()]);
+    } else {
+      const endpoint = await mcp.serveHttp(queue, {
+        ...options,
+        port: flags.http,
+        host: flags.host,
+      });
+      process.stderr.write(`reckon: MCP server at ${endpoint.url}\n`);
+      await stopSignal();
+      await endpoint.close();
+    }
+  } finally {
+    await worker?.stop();
+    await q.close();
+  }
 }
 
 async function loadMcp(): Promise<typeof import('../../agents/mcp.js')> {

@@ -60,44 +60,46 @@ export function registerRestore(program: Command): void {
         '  none        nothing: the backup was taken with every worker stopped\n' +
         '\nExample:\n  $ reckon restore ./reckon-2026-12-06.db --store sqlite:/srv/new/reckon.db',
     );
-  cmd.action(async (backup: string, flags: RestoreFlags) => {
-    const url = flags.store!;
-    const target = sqlitePath(url);
-    if (target === null) {
-      if (!/^postgres(ql)?:\/\//.test(url))
-        throw new UsageError(
-          `--store must be sqlite:<new path> or postgres://…, got ${redactStoreUrl(url)}`,
-        );
-      return restorePostgres(backup, url, flags);
-    }
-    const r = restoreSqlite({ backup, target, reconcile: flags.reconcile });
-    const out = {
-      store: `sqlite:${resolve(target)}`,
-      backup: resolve(backup),
-      reconcile: flags.reconcile,
-      ...r,
-    };
-    if (flags.json) return printJson(out);
-    println(
-      fieldTable([
-        ['restored to', out.store],
-        ['from', out.backup],
-        ['schema version', r.check.schemaVersion],
-        ['jobs', r.check.totalJobs],
-        ...Object.entries(r.check.jobs)
-          .filter(([, n]) => n > 0)
-          .map(([s, n]): [string, number] => [`  ${s}`, n]),
-        ['backup last event', formatTime(r.check.lastEventAt)],
-        ['marked UNKNOWN (LEASED, no marker)', r.reconciled.leased],
-        ['marked UNKNOWN (QUEUED, due)', r.reconciled.queued],
-        ['LEASED with a marker (UNKNOWN at lease expiry)', r.leasedWithMarker],
-      ]),
-    );
-    println(
-      `restored. Start workers with --store ${out.store}; jobs marked UNKNOWN are looked up, ` +
-        'retried with their key, or sent to review (reckon review list) before anything is sent again.',
-    );
-  });
+  cmd.action(runRestore);
+}
+
+async function runRestore(backup: string, flags: RestoreFlags): Promise<void> {
+  const url = flags.store!;
+  const target = sqlitePath(url);
+  if (target === null) {
+    if (!/^postgres(ql)?:\/\//.test(url))
+      throw new UsageError(
+        `--store must be sqlite:<new path> or postgres://…, got ${redactStoreUrl(url)}`,
+      );
+    return restorePostgres(backup, url, flags);
+  }
+  const r = restoreSqlite({ backup, target, reconcile: flags.reconcile });
+  const out = {
+    store: `sqlite:${resolve(target)}`,
+    backup: resolve(backup),
+    reconcile: flags.reconcile,
+    ...r,
+  };
+  if (flags.json) return printJson(out);
+  println(
+    fieldTable([
+      ['restored to', out.store],
+      ['from', out.backup],
+      ['schema version', r.check.schemaVersion],
+      ['jobs', r.check.totalJobs],
+      ...Object.entries(r.check.jobs)
+        .filter(([, n]) => n > 0)
+        .map(([s, n]): [string, number] => [`  ${s}`, n]),
+      ['backup last event', formatTime(r.check.lastEventAt)],
+      ['marked UNKNOWN (LEASED, no marker)', r.reconciled.leased],
+      ['marked UNKNOWN (QUEUED, due)', r.reconciled.queued],
+      ['LEASED with a marker (UNKNOWN at lease expiry)', r.leasedWithMarker],
+    ]),
+  );
+  println(
+    `restored. Start workers with --store ${out.store}; jobs marked UNKNOWN are looked up, ` +
+      'retried with their key, or sent to review (reckon review list) before anything is sent again.',
+  );
 }
 
 /** A pg_dump of the schema into a database where the schema does not exist yet, then marked. */

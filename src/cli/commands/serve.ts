@@ -77,36 +77,38 @@ export function registerServe(program: Command): void {
       '\nExample:\n  $ reckon serve --port 9464 --max-unknown 0 --max-review 5',
     );
   addStoreOption(cmd);
-  cmd.action(async (flags: ServeFlags) => {
-    const q = await openCliQueue(flags.store, { mustExist: true });
-    const metrics = new Metrics({ store: q.store });
-    const health = (...[stats, approvals]: Parameters<ApiOptions['health']>) => {
-      const checks = healthChecks(stats, flags, approvals);
-      return { healthy: checks.every((c) => c.ok), checks };
-    };
-    const endpoint = await startMetricsServer({
-      metrics,
-      port: flags.port,
-      host: flags.host,
-      allowedHosts: parseAllowedHosts(flags.allowedHosts),
-      routes: [
-        apiRoutes({
-          queue: q,
-          health,
-          ...(flags.token ? { token: flags.token } : {}),
-          ...(flags.protectReads ? { protectReads: true } : {}),
-        }),
-      ],
-    });
-    process.stderr.write(
-      `reckon: serving ${storeLabel(flags.store)} at ${endpoint.url}/ (metrics at /metrics)\n`,
-    );
-    await new Promise<void>((resolve) => {
-      const stop = () => resolve();
-      process.once('SIGINT', stop);
-      process.once('SIGTERM', stop);
-    });
-    await endpoint.close();
-    await q.close();
+  cmd.action(runServe);
+}
+
+async function runServe(flags: ServeFlags): Promise<void> {
+  const q = await openCliQueue(flags.store, { mustExist: true });
+  const metrics = new Metrics({ store: q.store });
+  const health = (...[stats, approvals]: Parameters<ApiOptions['health']>) => {
+    const checks = healthChecks(stats, flags, approvals);
+    return { healthy: checks.every((c) => c.ok), checks };
+  };
+  const endpoint = await startMetricsServer({
+    metrics,
+    port: flags.port,
+    host: flags.host,
+    allowedHosts: parseAllowedHosts(flags.allowedHosts),
+    routes: [
+      apiRoutes({
+        queue: q,
+        health,
+        ...(flags.token ? { token: flags.token } : {}),
+        ...(flags.protectReads ? { protectReads: true } : {}),
+      }),
+    ],
   });
+  process.stderr.write(
+    `reckon: serving ${storeLabel(flags.store)} at ${endpoint.url}/ (metrics at /metrics)\n`,
+  );
+  await new Promise<void>((resolve) => {
+    const stop = () => resolve();
+    process.once('SIGINT', stop);
+    process.once('SIGTERM', stop);
+  });
+  await endpoint.close();
+  await q.close();
 }

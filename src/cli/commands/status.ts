@@ -77,48 +77,50 @@ export function registerStatus(program: Command): void {
     cmd,
     'print { store, now, healthy, checks, queues, byOperation, expiredLeases, approvals }',
   );
-  cmd.action(async (flags: StatusFlags) => {
-    const { stats, approvals, schemaVersion } = await withQueue(
-      flags.store,
-      { mustExist: true },
-      async (q) => ({
-        stats: await q.store.statsGet(),
-        approvals: await q.store.jobApprovalStats(),
-        schemaVersion: await q.store.schemaVersion(),
-      }),
+  cmd.action(runStatus);
+}
+
+async function runStatus(flags: StatusFlags): Promise<void> {
+  const { stats, approvals, schemaVersion } = await withQueue(
+    flags.store,
+    { mustExist: true },
+    async (q) => ({
+      stats: await q.store.statsGet(),
+      approvals: await q.store.jobApprovalStats(),
+      schemaVersion: await q.store.schemaVersion(),
+    }),
+  );
+  const checks = healthChecks(stats, flags, approvals);
+  const healthy = checks.every((c) => c.ok);
+  if (!healthy) process.exitCode = EXIT.unhealthy;
+  const report = {
+    store: storeLabel(flags.store),
+    schemaVersion,
+    now: stats.now,
+    healthy,
+    checks,
+    queues: stats.queues.map((q) => ({
+      ...q,
+      oldestDueAgeMs: q.oldestDueAt === null ? null : Math.max(0, stats.now - q.oldestDueAt),
+    })),
+    byOperation: stats.byOperation,
+    expiredLeases: stats.expiredLeases,
+    approvals: approvals.byOperation.map((o) => ({
+      ...o,
+      oldestAgeMs: Math.max(0, approvals.now - o.oldestAt),
+    })),
+  };
+  if (flags.json) return printJson(report);
+  printStatus(report.store, schemaVersion, stats);
+  printApprovals(approvals);
+  printChecks(checks);
+  if (!healthy)
+    process.stderr.write(
+      `reckon: unhealthy: ${checks
+        .filter((c) => !c.ok)
+        .map((c) => c.detail)
+        .join('; ')}\n`,
     );
-    const checks = healthChecks(stats, flags, approvals);
-    const healthy = checks.every((c) => c.ok);
-    if (!healthy) process.exitCode = EXIT.unhealthy;
-    const report = {
-      store: storeLabel(flags.store),
-      schemaVersion,
-      now: stats.now,
-      healthy,
-      checks,
-      queues: stats.queues.map((q) => ({
-        ...q,
-        oldestDueAgeMs: q.oldestDueAt === null ? null : Math.max(0, stats.now - q.oldestDueAt),
-      })),
-      byOperation: stats.byOperation,
-      expiredLeases: stats.expiredLeases,
-      approvals: approvals.byOperation.map((o) => ({
-        ...o,
-        oldestAgeMs: Math.max(0, approvals.now - o.oldestAt),
-      })),
-    };
-    if (flags.json) return printJson(report);
-    printStatus(report.store, schemaVersion, stats);
-    printApprovals(approvals);
-    printChecks(checks);
-    if (!healthy)
-      process.stderr.write(
-        `reckon: unhealthy: ${checks
-          .filter((c) => !c.ok)
-          .map((c) => c.detail)
-          .join('; ')}\n`,
-      );
-  });
 }
 
 export function healthChecks(
