@@ -81,7 +81,27 @@ export function registerChaos(program: Command): void {
       new Option('--scenario <name>', 'recovery path of the built-in operations')
         .choices(['lookup', 'idempotent', 'none', 'mixed'])
         .default('mixed'),
-    )
+    );
+  addHurtOptions(cmd);
+  cmd
+    .option('--operations <module>', 'your operations module (needs --ledger)')
+    .option('--ledger <module>', 'module exporting effectsOf(requestKey) and workload(ctx)')
+    .addHelpText(
+      'after',
+      '\nExamples:\n' +
+        '  $ reckon chaos --jobs 300 --workers 3 --seed 7\n' +
+        '  $ reckon chaos --store postgres://localhost/chaos --scenario none --json\n' +
+        '  $ reckon chaos --store postgres://localhost/chaos --jobs 90 --follow-ups 90\n' +
+        '  $ reckon chaos --kill-every-ms 0 --fault-share 0 --downstream drop=20,reset=0\n' +
+        '  $ reckon chaos --operations ./ops.js --ledger ./ledger.js --jobs 100',
+    );
+  addJsonOption(cmd, 'print the report as JSON (progress goes to stderr)');
+  cmd.action(runChaosCommand);
+}
+
+/** The options that say how chaos hurts the workers and the downstream, and for how long. */
+function addHurtOptions(cmd: Command): void {
+  cmd
     .option(
       '--kill-every-ms <ms>',
       'mean time between random SIGKILLs, 0 for none (default 1000)',
@@ -115,86 +135,73 @@ export function registerChaos(program: Command): void {
       '--deadline-ms <ms>',
       'the whole run; jobs unsettled by then count as lost (default 120000)',
       intOption(1_000, 86_400_000),
-    )
-    .option('--operations <module>', 'your operations module (needs --ledger)')
-    .option('--ledger <module>', 'module exporting effectsOf(requestKey) and workload(ctx)')
-    .addHelpText(
-      'after',
-      '\nExamples:\n' +
-        '  $ reckon chaos --jobs 300 --workers 3 --seed 7\n' +
-        '  $ reckon chaos --store postgres://localhost/chaos --scenario none --json\n' +
-        '  $ reckon chaos --store postgres://localhost/chaos --jobs 90 --follow-ups 90\n' +
-        '  $ reckon chaos --kill-every-ms 0 --fault-share 0 --downstream drop=20,reset=0\n' +
-        '  $ reckon chaos --operations ./ops.js --ledger ./ledger.js --jobs 100',
     );
-  addJsonOption(cmd, 'print the report as JSON (progress goes to stderr)');
-  cmd.action(async (flags: ChaosFlags) => {
-    if ((flags.operations === undefined) !== (flags.ledger === undefined))
-      throw new UsageError(
-        '--operations and --ledger go together: your operations need your ledger',
+}
+
+async function runChaosCommand(flags: ChaosFlags): Promise<void> {
+  if ((flags.operations === undefined) !== (flags.ledger === undefined))
+    throw new UsageError('--operations and --ledger go together: your operations need your ledger');
+  if (flags.operations !== undefined && flags.followUps)
+    throw new UsageError('--follow-ups are jobs of the built-in workload, not of yours');
+  if ((flags.followUps ?? 0) > (flags.jobs ?? 300))
+    throw new UsageError(
+      `--follow-ups ${flags.followUps} is more than the run's ${flags.jobs ?? 300} jobs: they are a part of them`,
+    );
+  if (flags.operations !== undefined && flags.downstream)
+    throw new UsageError(
+      '--downstream sets the built-in downstream; with --operations it is yours',
+    );
+  if (flags.operations !== undefined && flags.killOnReceipt !== undefined)
+    throw new UsageError(
+      '--kill-on-receipt is done by the built-in downstream; with --operations it is yours',
+    );
+  const user = flags.ledger ? await loadLedger(flags.ledger) : undefined;
+  const { runChaos } = await import('../../testkit/chaos.js');
+  const kills = {
+    ...(flags.killEveryMs !== undefined ? { everyMs: flags.killEveryMs } : {}),
+    ...(flags.faultShare !== undefined ? { faultShare: flags.faultShare } : {}),
+    ...(flags.killOnReceipt !== undefined ? { onReceipt: flags.killOnReceipt } : {}),
+  };
+  const { progressBar, renderChaosReport } = await import('../../testkit/chaos-output.js');
+  const out = flags.json ? process.stderr : process.stdout;
+  let bar: ReturnType<typeof progressBar> | undefined;
+  const options: ChaosOptions = {
+    ...(flags.store !== undefined ? { storeUrl: flags.store } : {}),
+    ...(flags.jobs !== undefined ? { jobs: flags.jobs } : {}),
+    ...(flags.followUps !== undefined ? { followUps: flags.followUps } : {}),
+    ...(flags.workers !== undefined ? { workers: flags.workers } : {}),
+    ...(flags.seed !== undefined ? { seed: flags.seed } : {}),
+    ...(Object.keys(kills).length > 0 ? { kills } : {}),
+    ...(flags.downstream ? { downstream: await downstreamWeights(flags.downstream) } : {}),
+    ...(flags.chaosMs !== undefined ? { chaosMs: flags.chaosMs } : {}),
+    ...(flags.deadlineMs !== undefined ? { deadlineMs: flags.deadlineMs } : {}),
+    ...(user
+      ? { operationsModule: resolve(flags.operations!), ...user }
+      : { scenario: flags.scenario }),
+    onStart: (s) => {
+      out.write(
+        `reckon chaos: ${s.jobs} jobs, ${s.workers} worker processes, scenario ${s.scenario}, ` +
+          `seed ${s.seed}, store ${s.storeUrl}\n`,
       );
-    if (flags.operations !== undefined && flags.followUps)
-      throw new UsageError('--follow-ups are jobs of the built-in workload, not of yours');
-    if ((flags.followUps ?? 0) > (flags.jobs ?? 300))
-      throw new UsageError(
-        `--follow-ups ${flags.followUps} is more than the run's ${flags.jobs ?? 300} jobs: they are a part of them`,
-      );
-    if (flags.operations !== undefined && flags.downstream)
-      throw new UsageError(
-        '--downstream sets the built-in downstream; with --operations it is yours',
-      );
-    if (flags.operations !== undefined && flags.killOnReceipt !== undefined)
-      throw new UsageError(
-        '--kill-on-receipt is done by the built-in downstream; with --operations it is yours',
-      );
-    const user = flags.ledger ? await loadLedger(flags.ledger) : undefined;
-    const { runChaos } = await import('../../testkit/chaos.js');
-    const kills = {
-      ...(flags.killEveryMs !== undefined ? { everyMs: flags.killEveryMs } : {}),
-      ...(flags.faultShare !== undefined ? { faultShare: flags.faultShare } : {}),
-      ...(flags.killOnReceipt !== undefined ? { onReceipt: flags.killOnReceipt } : {}),
-    };
-    const { progressBar, renderChaosReport } = await import('../../testkit/chaos-output.js');
-    const out = flags.json ? process.stderr : process.stdout;
-    let bar: ReturnType<typeof progressBar> | undefined;
-    const options: ChaosOptions = {
-      ...(flags.store !== undefined ? { storeUrl: flags.store } : {}),
-      ...(flags.jobs !== undefined ? { jobs: flags.jobs } : {}),
-      ...(flags.followUps !== undefined ? { followUps: flags.followUps } : {}),
-      ...(flags.workers !== undefined ? { workers: flags.workers } : {}),
-      ...(flags.seed !== undefined ? { seed: flags.seed } : {}),
-      ...(Object.keys(kills).length > 0 ? { kills } : {}),
-      ...(flags.downstream ? { downstream: await downstreamWeights(flags.downstream) } : {}),
-      ...(flags.chaosMs !== undefined ? { chaosMs: flags.chaosMs } : {}),
-      ...(flags.deadlineMs !== undefined ? { deadlineMs: flags.deadlineMs } : {}),
-      ...(user
-        ? { operationsModule: resolve(flags.operations!), ...user }
-        : { scenario: flags.scenario }),
-      onStart: (s) => {
-        out.write(
-          `reckon chaos: ${s.jobs} jobs, ${s.workers} worker processes, scenario ${s.scenario}, ` +
-            `seed ${s.seed}, store ${s.storeUrl}\n`,
-        );
-        bar = progressBar(out, s.jobs);
-      },
-      onProgress: (p) => bar?.update(p),
-    };
-    let report: ChaosReport;
-    try {
-      report = await runChaos(options);
-    } finally {
-      bar?.stop();
-    }
-    if (flags.json) printJson(report);
-    else process.stdout.write(renderChaosReport(report, process.stdout.isTTY === true));
-    if (!report.ok) {
-      process.exitCode = EXIT.unhealthy;
-      process.stderr.write(
-        `reckon: chaos found ${report.violations.length} violation(s): ${report.duplicates} ` +
-          `duplicated effect(s), ${report.lost} lost job(s); replay with --seed ${report.seed}\n`,
-      );
-    }
-  });
+      bar = progressBar(out, s.jobs);
+    },
+    onProgress: (p) => bar?.update(p),
+  };
+  let report: ChaosReport;
+  try {
+    report = await runChaos(options);
+  } finally {
+    bar?.stop();
+  }
+  if (flags.json) printJson(report);
+  else process.stdout.write(renderChaosReport(report, process.stdout.isTTY === true));
+  if (!report.ok) {
+    process.exitCode = EXIT.unhealthy;
+    process.stderr.write(
+      `reckon: chaos found ${report.violations.length} violation(s): ${report.duplicates} ` +
+        `duplicated effect(s), ${report.lost} lost job(s); replay with --seed ${report.seed}\n`,
+    );
+  }
 }
 
 /** `--downstream`: the given weights over the defaults; `delay` is the latest answer in ms. */

@@ -109,68 +109,70 @@ export function registerWork(program: Command): void {
     );
   addStoreOption(cmd);
   addJsonOption(cmd, 'print the summary on stop as JSON');
-  cmd.action(async (flags: WorkFlags) => {
-    const operations = await loadOperations(flags.operations);
-    const logger = createLogger({ level: flags.logLevel });
-    const metrics = flags.metricsPort === undefined ? undefined : new Metrics();
-    const q = await openCliQueue(flags.store, {
-      mustExist: true,
-      operations,
-      logger,
-      ...(metrics ? { observer: metrics.observer } : {}),
-    });
-    let endpoint: HttpEndpoint | undefined;
-    if (metrics) {
-      metrics.attachStore(q.store);
-      try {
-        endpoint = await startMetricsServer({
-          metrics,
-          port: flags.metricsPort!,
-          host: flags.metricsHost,
-        });
-      } catch (err) {
-        await q.close();
-        throw err;
-      }
-      logger.info({ url: `${endpoint.url}/metrics` }, 'serving metrics');
-      process.stderr.write(`reckon: metrics at ${endpoint.url}/metrics\n`);
-    }
-    const started = performance.now();
-    let worker: Worker;
+  cmd.action(runWork);
+}
+
+async function runWork(flags: WorkFlags): Promise<void> {
+  const operations = await loadOperations(flags.operations);
+  const logger = createLogger({ level: flags.logLevel });
+  const metrics = flags.metricsPort === undefined ? undefined : new Metrics();
+  const q = await openCliQueue(flags.store, {
+    mustExist: true,
+    operations,
+    logger,
+    ...(metrics ? { observer: metrics.observer } : {}),
+  });
+  let endpoint: HttpEndpoint | undefined;
+  if (metrics) {
+    metrics.attachStore(q.store);
     try {
-      worker = q.worker({
-        operations,
-        concurrency: flags.concurrency,
-        prefetch: flags.prefetch,
-        leaseMs: flags.leaseMs,
-        queues: flags.queue ?? ['default'],
-        shutdownTimeoutMs: flags.shutdownTimeoutMs,
-        ...(flags.retention !== undefined ? { retention: flags.retention } : {}),
+      endpoint = await startMetricsServer({
+        metrics,
+        port: flags.metricsPort!,
+        host: flags.metricsHost,
       });
     } catch (err) {
       await q.close();
       throw err;
     }
-    const counts = Object.fromEntries(COUNTED.map((k) => [k, 0])) as Record<Counted, number>;
-    for (const k of COUNTED) worker.on(k, () => void counts[k]++);
-    const signal = await runUntilSignal(worker);
-    await endpoint?.close();
+    logger.info({ url: `${endpoint.url}/metrics` }, 'serving metrics');
+    process.stderr.write(`reckon: metrics at ${endpoint.url}/metrics\n`);
+  }
+  const started = performance.now();
+  let worker: Worker;
+  try {
+    worker = q.worker({
+      operations,
+      concurrency: flags.concurrency,
+      prefetch: flags.prefetch,
+      leaseMs: flags.leaseMs,
+      queues: flags.queue ?? ['default'],
+      shutdownTimeoutMs: flags.shutdownTimeoutMs,
+      ...(flags.retention !== undefined ? { retention: flags.retention } : {}),
+    });
+  } catch (err) {
     await q.close();
-    const summary = {
-      stoppedBy: signal,
-      ranMs: Math.round(performance.now() - started),
-      ownerId: worker.ownerId,
-      operations: operations.map((o) => o.name),
-      ...counts,
-    };
-    if (flags.json) return printJson(summary);
-    println(
-      `worker stopped by ${signal} after ${formatDuration(summary.ranMs)}: ` +
-        `${counts.succeeded} succeeded, ${counts.failed} failed, ${counts.retrying} to retry, ` +
-        `${counts.unknown} unknown, ${counts.reconciled} reconciled, ${counts.review} to review` +
-        (counts.fenced > 0 ? `, ${counts.fenced} fenced out` : ''),
-    );
-  });
+    throw err;
+  }
+  const counts = Object.fromEntries(COUNTED.map((k) => [k, 0])) as Record<Counted, number>;
+  for (const k of COUNTED) worker.on(k, () => void counts[k]++);
+  const signal = await runUntilSignal(worker);
+  await endpoint?.close();
+  await q.close();
+  const summary = {
+    stoppedBy: signal,
+    ranMs: Math.round(performance.now() - started),
+    ownerId: worker.ownerId,
+    operations: operations.map((o) => o.name),
+    ...counts,
+  };
+  if (flags.json) return printJson(summary);
+  println(
+    `worker stopped by ${signal} after ${formatDuration(summary.ranMs)}: ` +
+      `${counts.succeeded} succeeded, ${counts.failed} failed, ${counts.retrying} to retry, ` +
+      `${counts.unknown} unknown, ${counts.reconciled} reconciled, ${counts.review} to review` +
+      (counts.fenced > 0 ? `, ${counts.fenced} fenced out` : ''),
+  );
 }
 
 /** Starts the worker and resolves with the first stop signal; a second one exits at once. */
