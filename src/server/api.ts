@@ -7,7 +7,7 @@ import { timingSafeEqual } from 'node:crypto';
 import { InvalidInput, JobNotFound, ReckonError } from '../core/errors.js';
 import { isJobState } from '../core/states.js';
 import type { Queue } from '../runtime/queue.js';
-import type { ApprovalStats, StoreStats } from '../store/store.js';
+import type { ApprovalStats, JobRecord, StoreStats } from '../store/store.js';
 import type { RouteHandler } from './metrics-server.js';
 import { DASHBOARD_HTML } from './dashboard.js';
 
@@ -46,32 +46,10 @@ export function apiRoutes(options: ApiOptions): RouteHandler {
       if (write || options.protectReads) authorize(req, options.token, write);
       const parts = url.pathname.split('/').filter(Boolean).slice(1).map(decodeURIComponent);
       if (!write && parts[0] === 'status' && parts.length === 1) {
-        const [stats, approvals] = await Promise.all([
-          queue.store.statsGet(),
-          queue.store.jobApprovalStats(),
-        ]);
-        return send(res, 200, {
-          store: queue.store.location,
-          ...options.health(stats, approvals),
-          ...stats,
-          approvals: approvals.byOperation,
-        });
+        return send(res, 200, await statusOf(options));
       }
       if (!write && parts[0] === 'jobs' && parts.length === 1) {
-        const state = url.searchParams.getAll('state');
-        for (const s of state)
-          if (!isJobState(s)) throw new InvalidInput(`unknown state ${JSON.stringify(s)}`);
-        const limit = url.searchParams.has('limit') ? Number(url.searchParams.get('limit')) : 100;
-        const jobs = await queue.jobs({
-          ...(state.length ? { state: state as never } : {}),
-          ...(url.searchParams.get('queue') ? { queue: url.searchParams.get('queue')! } : {}),
-          ...(url.searchParams.get('operation')
-            ? { operation: url.searchParams.get('operation')! }
-            : {}),
-          ...(url.searchParams.get('before') ? { beforeId: url.searchParams.get('before')! } : {}),
-          limit,
-        });
-        return send(res, 200, { jobs });
+        return send(res, 200, { jobs: await listJobs(queue, url) });
       }
       if (!write && parts[0] === 'jobs' && parts.length === 2) {
         const detail = await queue.job(parts[1]!);
@@ -114,6 +92,37 @@ export function apiRoutes(options: ApiOptions): RouteHandler {
       throw err;
     }
   };
+}
+
+/** GET /api/status: the store, its health checks, its stats and the approvals by operation. */
+async function statusOf(options: ApiOptions): Promise<object> {
+  const { queue } = options;
+  const [stats, approvals] = await Promise.all([
+    queue.store.statsGet(),
+    queue.store.jobApprovalStats(),
+  ]);
+  return {
+    store: queue.store.location,
+    ...options.health(stats, approvals),
+    ...stats,
+    approvals: approvals.byOperation,
+  };
+}
+
+/** GET /api/jobs (?state, ?queue, ?operation, ?before, ?limit). */
+async function listJobs(queue: ApiOptions['queue'], url: URL): Promise<JobRecord[]> {
+  const state = url.searchParams.getAll('state');
+  for (const s of state)
+    if (!isJobState(s)) throw new InvalidInput(`unknown state ${JSON.stringify(s)}`);
+  const limit = url.searchParams.has('limit') ? Number(url.searchParams.get('limit')) : 100;
+  const jobs = await queue.jobs({
+    ...(state.length ? { state: state as never } : {}),
+    ...(url.searchParams.get('queue') ? { queue: url.searchParams.get('queue')! } : {}),
+    ...(url.searchParams.get('operation') ? { operation: url.searchParams.get('operation')! } : {}),
+    ...(url.searchParams.get('before') ? { beforeId: url.searchParams.get('before')! } : {}),
+    limit,
+  });
+  return jobs;
 }
 
 /** GET /api/approvals (?operation, ?limit) and POST /api/approvals/<id> { approve, actor, note }. */
