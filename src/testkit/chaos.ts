@@ -116,43 +116,11 @@ export async function runChaos(options: ChaosOptions = {}): Promise<ChaosReport>
   const runTag = `${o.seed}.${started.toString(36)}`;
   const tempDir = options.storeUrl ? undefined : mkdtempSync(join(tmpdir(), 'reckon-chaos-'));
   const storeUrl = options.storeUrl ?? `sqlite:${join(tempDir!, 'reckon.db')}`;
-  const custom = o.operationsModule !== undefined;
-  const userOps = custom ? await loadOperations(o.operationsModule!) : [];
-  // Your operations' own timeouts bound the pauses (see defaultFaultMenu).
-  if (custom && !options.kills?.faultMenu)
-    o.kills.faultMenu = defaultFaultMenu({
-      leaseMs: o.worker.leaseMs,
-      timeoutMs: Math.min(...userOps.map((op) => op.timeoutMs + op.reconcile.graceMs)),
-      graceMs: 0,
-    });
-  const downstream = custom
-    ? undefined
-    : await startDownstream({
-        // Only the `idempotent` flavour's service deduplicates: the others must not be saved by it.
-        honourIdempotencyKey: (key) => key.startsWith('idempotent-'),
-        behaviour: replayable(
-          randomPolicy(o.seed, options.downstream ?? DEFAULT_DOWNSTREAM_WEIGHTS),
-          runTag,
-        ),
-      });
+  const { custom, userOps, downstream } = await setUp(o, options, runTag);
   // The built-in workload, decided up front; its last `followUps` jobs are the workers' own.
   const builtIn = custom ? [] : builtInWorkload(o, downstream!.url, runTag);
   const followUps = builtIn.slice(builtIn.length - o.followUps);
-  const fleet = new ChaosFleet(
-    o.workers,
-    {
-      ...o.worker,
-      storeUrl,
-      ...(downstream ? { downstreamUrl: downstream.url } : {}),
-      ...(custom ? { operationsModule: o.operationsModule! } : {}),
-    },
-    o.seed,
-    options.workerEnv,
-    (slot) =>
-      followUps
-        .filter((_, k) => k % o.workers === slot)
-        .map(({ flavour, n, key }) => ({ flavour, n, key })),
-  );
+  const fleet = newFleet({ o, options, storeUrl, downstreamUrl: downstream?.url, followUps });
   let q: Queue | undefined;
   try {
     q = await openQueue({ store: storeUrl, actor: 'chaos', operations: userOps });
@@ -216,6 +184,64 @@ export async function runChaos(options: ChaosOptions = {}): Promise<ChaosReport>
     await downstream?.close();
     if (tempDir) rmSync(tempDir, { recursive: true, force: true });
   }
+}
+
+/** Your operations (the pauses bounded by their timeouts), or the built-in downstream, started. */
+async function setUp(
+  o: ReturnType<typeof validate>,
+  options: ChaosOptions,
+  runTag: string,
+): Promise<{
+  custom: boolean;
+  userOps: Awaited<ReturnType<typeof loadOperations>>;
+  downstream: Awaited<ReturnType<typeof startDownstream>> | undefined;
+}> {
+  const custom = o.operationsModule !== undefined;
+  const userOps = custom ? await loadOperations(o.operationsModule!) : [];
+  // Your operations' own timeouts bound the pauses (see defaultFaultMenu).
+  if (custom && !options.kills?.faultMenu)
+    o.kills.faultMenu = defaultFaultMenu({
+      leaseMs: o.worker.leaseMs,
+      timeoutMs: Math.min(...userOps.map((op) => op.timeoutMs + op.reconcile.graceMs)),
+      graceMs: 0,
+    });
+  const downstream = custom
+    ? undefined
+    : await startDownstream({
+        // Only the `idempotent` flavour's service deduplicates: the others must not be saved by it.
+        honourIdempotencyKey: (key) => key.startsWith('idempotent-'),
+        behaviour: replayable(
+          randomPolicy(o.seed, options.downstream ?? DEFAULT_DOWNSTREAM_WEIGHTS),
+          runTag,
+        ),
+      });
+  return { custom, userOps, downstream };
+}
+
+/** The worker processes; each slot's share of the follow-ups, which its worker enqueues. */
+function newFleet(p: {
+  o: ReturnType<typeof validate>;
+  options: ChaosOptions;
+  storeUrl: string;
+  downstreamUrl: string | undefined;
+  followUps: ReturnType<typeof builtInWorkload>;
+}): ChaosFleet {
+  const { o, followUps } = p;
+  return new ChaosFleet(
+    o.workers,
+    {
+      ...o.worker,
+      storeUrl: p.storeUrl,
+      ...(p.downstreamUrl ? { downstreamUrl: p.downstreamUrl } : {}),
+      ...(o.operationsModule !== undefined ? { operationsModule: o.operationsModule } : {}),
+    },
+    o.seed,
+    p.options.workerEnv,
+    (slot) =>
+      followUps
+        .filter((_, k) => k % o.workers === slot)
+        .map(({ flavour, n, key }) => ({ flavour, n, key })),
+  );
 }
 
 type Resolved = Required<
