@@ -29,6 +29,7 @@ function lineCount(text: string): number {
 }
 
 function functionName(node: ts.Node): string {
+  if (ts.isConstructorDeclaration(node)) return 'constructor';
   const named = node as { name?: ts.Node };
   if (named.name && ts.isIdentifier(named.name)) return named.name.text;
   if (node.parent && ts.isVariableDeclaration(node.parent) && ts.isIdentifier(node.parent.name)) {
@@ -63,7 +64,7 @@ const files = sourceFiles(SRC);
  * Known offenders still to split, by `file name`. Shrink this list; never grow it. An entry that
  * no longer offends fails the test too, so the list stays true.
  */
-const KNOWN: string[] = ['observe/metrics.ts (anonymous)'];
+const KNOWN: string[] = [];
 
 /** Offenders as `file name` keys (files alone for file length), without line numbers. */
 function keys(found: string[]): string[] {

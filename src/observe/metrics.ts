@@ -43,78 +43,9 @@ export class Metrics {
         r.removeSingleMetric(`reckon_nodejs_${name}`);
     }
 
-    const enqueued = new Counter({
-      name: 'reckon_enqueued_total',
-      help: 'Jobs accepted by enqueue (deduplicated enqueues not included).',
-      labelNames: ['operation', 'queue'],
-      registers: [r],
-    });
-    const attempts = new Counter({
-      name: 'reckon_attempts_finished_total',
-      help: 'Attempt outcomes recorded by their workers, by attempt state.',
-      labelNames: ['operation', 'state'],
-      registers: [r],
-    });
-    const unknown = new Counter({
-      name: 'reckon_unknown_outcomes_total',
-      help: 'Attempts that became UNKNOWN: the request may have left, the result is not known.',
-      labelNames: ['operation', 'source'],
-      registers: [r],
-    });
-    const leaseExpired = new Counter({
-      name: 'reckon_lease_expirations_total',
-      help: 'Leases that expired and were reclaimed, by whether the attempt had dispatched.',
-      labelNames: ['operation', 'dispatched'],
-      registers: [r],
-    });
-    const dupes = new Counter({
-      name: 'reckon_duplicates_prevented_total',
-      help: 'Duplicate-prevention decisions: enqueue dedup, lookup found the effect, stale worker fenced, same-key retry.',
-      labelNames: ['operation', 'kind'],
-      registers: [r],
-    });
-    const reconcileLatency = new Histogram({
-      name: 'reckon_reconciliation_latency_seconds',
-      help: 'From an attempt entering UNKNOWN to its proven resolution (or review).',
-      labelNames: ['operation', 'path', 'resolution'],
-      buckets: AGE_BUCKETS,
-      registers: [r],
-    });
-    const ageAtDispatch = new Histogram({
-      name: 'reckon_queue_age_at_dispatch_seconds',
-      help: 'From enqueue to the dispatch marker.',
-      labelNames: ['operation', 'queue'],
-      buckets: AGE_BUCKETS,
-      registers: [r],
-    });
-    const ageAtCompletion = new Histogram({
-      name: 'reckon_queue_age_at_completion_seconds',
-      help: 'From enqueue to a confirmed SUCCEEDED or FAILED.',
-      labelNames: ['operation', 'queue', 'state'],
-      buckets: AGE_BUCKETS,
-      registers: [r],
-    });
-
-    const commitSeconds = new Histogram({
-      name: 'reckon_store_commit_seconds',
-      help: 'Commits of writes that calls of this process shared (group commit), until durable.',
-      labelNames: ['store', 'write'],
-      buckets: COMMIT_BUCKETS,
-      registers: [r],
-    });
-    const commitCallers = new Histogram({
-      name: 'reckon_store_commit_callers',
-      help: 'Calls answered by one shared commit (how much group commit merged).',
-      labelNames: ['store', 'write'],
-      buckets: CALLER_BUCKETS,
-      registers: [r],
-    });
-
-    const callWaiters = new Gauge({
-      name: 'reckon_call_waiters',
-      help: 'Outstanding q.call / q.waitFor waits of this process (callers waiting for an outcome).',
-      registers: [r],
-    });
+    const { enqueued, attempts, unknown, leaseExpired, dupes } = jobCounters(r);
+    const { reconcileLatency, ageAtDispatch, ageAtCompletion } = jobHistograms(r);
+    const { commitSeconds, commitCallers, callWaiters } = processMetrics(r);
 
     this.observer = {
       callWaiters: (delta) => callWaiters.inc(delta),
@@ -146,6 +77,12 @@ export class Metrics {
       },
     };
 
+    this.storeGauges();
+  }
+
+  /** The gauges read from the store's stats, one snapshot per scrape (see `text`). */
+  private storeGauges(): void {
+    const r = this.registry;
     // text() reads the store once per scrape; every store gauge's collect() reads that snapshot.
     const stats = { get: () => this.snapshot };
     new Gauge({
@@ -264,4 +201,90 @@ export class Metrics {
   get contentType(): string {
     return this.registry.contentType;
   }
+}
+
+/** The counters of what this process's runtime did to jobs. */
+function jobCounters(r: Registry) {
+  const enqueued = new Counter({
+    name: 'reckon_enqueued_total',
+    help: 'Jobs accepted by enqueue (deduplicated enqueues not included).',
+    labelNames: ['operation', 'queue'],
+    registers: [r],
+  });
+  const attempts = new Counter({
+    name: 'reckon_attempts_finished_total',
+    help: 'Attempt outcomes recorded by their workers, by attempt state.',
+    labelNames: ['operation', 'state'],
+    registers: [r],
+  });
+  const unknown = new Counter({
+    name: 'reckon_unknown_outcomes_total',
+    help: 'Attempts that became UNKNOWN: the request may have left, the result is not known.',
+    labelNames: ['operation', 'source'],
+    registers: [r],
+  });
+  const leaseExpired = new Counter({
+    name: 'reckon_lease_expirations_total',
+    help: 'Leases that expired and were reclaimed, by whether the attempt had dispatched.',
+    labelNames: ['operation', 'dispatched'],
+    registers: [r],
+  });
+  const dupes = new Counter({
+    name: 'reckon_duplicates_prevented_total',
+    help: 'Duplicate-prevention decisions: enqueue dedup, lookup found the effect, stale worker fenced, same-key retry.',
+    labelNames: ['operation', 'kind'],
+    registers: [r],
+  });
+  return { enqueued, attempts, unknown, leaseExpired, dupes };
+}
+
+/** The latency histograms of this process's jobs. */
+function jobHistograms(r: Registry) {
+  const reconcileLatency = new Histogram({
+    name: 'reckon_reconciliation_latency_seconds',
+    help: 'From an attempt entering UNKNOWN to its proven resolution (or review).',
+    labelNames: ['operation', 'path', 'resolution'],
+    buckets: AGE_BUCKETS,
+    registers: [r],
+  });
+  const ageAtDispatch = new Histogram({
+    name: 'reckon_queue_age_at_dispatch_seconds',
+    help: 'From enqueue to the dispatch marker.',
+    labelNames: ['operation', 'queue'],
+    buckets: AGE_BUCKETS,
+    registers: [r],
+  });
+  const ageAtCompletion = new Histogram({
+    name: 'reckon_queue_age_at_completion_seconds',
+    help: 'From enqueue to a confirmed SUCCEEDED or FAILED.',
+    labelNames: ['operation', 'queue', 'state'],
+    buckets: AGE_BUCKETS,
+    registers: [r],
+  });
+  return { reconcileLatency, ageAtDispatch, ageAtCompletion };
+}
+
+/** Group commits and outcome waiters of this process. */
+function processMetrics(r: Registry) {
+  const commitSeconds = new Histogram({
+    name: 'reckon_store_commit_seconds',
+    help: 'Commits of writes that calls of this process shared (group commit), until durable.',
+    labelNames: ['store', 'write'],
+    buckets: COMMIT_BUCKETS,
+    registers: [r],
+  });
+  const commitCallers = new Histogram({
+    name: 'reckon_store_commit_callers',
+    help: 'Calls answered by one shared commit (how much group commit merged).',
+    labelNames: ['store', 'write'],
+    buckets: CALLER_BUCKETS,
+    registers: [r],
+  });
+
+  const callWaiters = new Gauge({
+    name: 'reckon_call_waiters',
+    help: 'Outstanding q.call / q.waitFor waits of this process (callers waiting for an outcome).',
+    registers: [r],
+  });
+  return { commitSeconds, commitCallers, callWaiters };
 }
