@@ -15,6 +15,7 @@ import type { CommitObservers } from '../commit-observers.js';
 import { GroupCommit, type GroupCommitOptions } from '../group-commit.js';
 import type { EventWrite as PlannedEvent, WriteSet } from '../plan/index.js';
 import type { JobRecord } from '../store.js';
+import type { EventRow } from '../rows.js';
 import { FAIL_MARK } from './statements.js';
 
 /** Deadlock or serialization failure: the transaction was rolled back whole, so it is retried. */
@@ -259,16 +260,7 @@ const NET_CODES = new Set([
 ]);
 
 /** An event row as `eventInsert` takes it. */
-export interface EventWrite {
-  job_id: string;
-  attempt_no: number | null;
-  request_fingerprint: string;
-  kind: string;
-  from_state: string | null;
-  to_state: string | null;
-  actor: string;
-  detail_json: string | null;
-}
+export type EventWrite = Omit<EventRow, 'id' | 'at'>;
 
 /**
  * The writes of one transaction in the shapes of `attemptEnd`, `jobUpdate` and `eventInsert`,
