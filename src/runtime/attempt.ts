@@ -82,7 +82,7 @@ export class AttemptRun {
   /**
    * Why this attempt must stop (lease lost, timeout, shutdown), once it must. `ctx.signal`'s
    * controller is made only when the operation reads `ctx.signal`: an AbortController and its
-   * signal per attempt were ≈ 4 % of a worker's time for operations that never look at it.
+   * signal per attempt cost a busy worker time for operations that never look at it.
    */
   private abortReason: Error | undefined;
   private controller: AbortController | undefined;

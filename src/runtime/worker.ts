@@ -285,7 +285,7 @@ export class Worker extends EventEmitter implements AttemptHost {
   /**
    * Sleeps `ms`, or until `stop` aborts, or (when `wakeable`) until `wake` is called. A plain
    * timer and callback: waking by aborting a controller built an AbortError (a DOMException, with
-   * its stack) on every freed slot, about 6 % of a SQLite worker's time at concurrency 10.
+   * its stack) on every freed slot, a cost a busy worker felt.
    */
   private nap(ms: number, stop: AbortSignal, wakeable: boolean): Promise<void> {
     if (stop.aborted) return Promise.resolve();

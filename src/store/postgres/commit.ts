@@ -36,11 +36,10 @@ const GROUP_ITEMS_MAX = 1_000;
  * Outcomes wait up to this long while dispatch markers are being written (../group-commit.ts
  * `yieldTo`). A job's function starts only once its marker is durable, so markers are on every
  * job's critical path; an outcome is not (its execution slot is already free, and its lease
- * stays fenced until it lands). Without the wait, at concurrency 10 an outcome call ran beside
- * nearly every marker call (≈ 11 outcomes each), the two backends and Node sharing the cores;
- * with it, outcomes go in calls of ≈ 30–60 and each marker commit is ≈ 15 % shorter: +10–12 %
- * jobs/s at concurrency 10, +4–7 % at 50 (30,000 jobs, interleaved). On an idle store an outcome
- * starts at once, as before.
+ * stays fenced until it lands). Without the wait, an outcome call ran beside nearly every marker
+ * call, the two backends and Node sharing the cores; with it, outcomes go in fewer, bigger calls
+ * and marker commits are shorter (numbers in docs/performance-log.md). On an idle store an
+ * outcome starts at once.
  */
 export const FINISH_YIELD_MS = 5;
 /** What a statement runs on: a pool client in our transaction, or the caller's client in theirs. */

@@ -223,8 +223,7 @@ export class SqliteWriter {
    * `PRAGMA busy_timeout = …` and `PRAGMA synchronous = …` while preparing them, so running a
    * prepared one again may change nothing (the first BEGIN that met another process's lock then
    * slept the event loop for the whole busy timeout). Through `exec`, which prepares, runs and
-   * finalizes it in native code: ≈ 0.5 µs, against ≈ 3 µs for `pragma()` and its JS statement
-   * object and result array; two to four of them a batch.
+   * finalizes it in native code, without `pragma()`'s JS statement object and result array.
    */
   private setting(pragma: string): void {
     this.host.conn().exec(`PRAGMA ${pragma}`);

@@ -46,7 +46,7 @@ const ATTEMPT_STATES = quoted(ATTEMPT_STATE_LIST);
 /**
  * `column = 'a' OR column = 'b' …`: the same constraint as `column IN ('a', 'b', …)` (NULL
  * passes both), without what SQLite makes of an IN list of more than two values in a CHECK: an
- * ephemeral B-tree built and dropped on every row write, about 1.5 µs each.
+ * ephemeral B-tree built and dropped on every row write.
  */
 const anyOf = (column: string, values: string[]) =>
   values.map((v) => `${column} = '${v}'`).join(' OR ');

@@ -51,8 +51,7 @@ export function byArity(
  * A bound row limit: `LIMIT +?`, never `LIMIT ?`. SQLite (3.51, as better-sqlite3 12 bundles it)
  * reads a bare bound LIMIT while planning and marks its parameter as one that changes the plan,
  * so that binding it (on every run) expires the statement: each claim was parsed and planned
- * again, ≈ 20 µs, about half of a 10-job claim statement (perf: `sqlite3Reprepare` under every
- * claim). The unary plus is the same number to the query and hides the parameter from the
+ * again (`sqlite3Reprepare` under every claim). The unary plus is the same number to the query and hides the parameter from the
  * planner. The lint forbids `LIMIT ?` in this directory.
  */
 export const LIMIT_PARAM = 'LIMIT +?';

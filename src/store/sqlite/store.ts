@@ -72,8 +72,8 @@ export interface SqliteStoreOptions {
 export const DEFAULT_BUSY_TIMEOUT_MS = 10_000;
 /**
  * How often a subscribed store checks `PRAGMA data_version`, which changes when another
- * connection (another process) commits. A read of the shared-memory header, a few µs: at 1 ms it
- * costs well under 1% of a core. The wake-up sockets (notify.ts) are faster; this catches what
+ * connection (another process) commits. A read of the shared-memory header, so cheap that every
+ * millisecond is affordable. The wake-up sockets (notify.ts) are faster; this catches what
  * they cannot (a process that started less than a second ago, a platform without them).
  */
 export const WORK_CHECK_INTERVAL_MS = 1;
@@ -81,9 +81,9 @@ export const WORK_CHECK_INTERVAL_MS = 1;
 /**
  * The page cache per connection, in KiB: 4 MiB, not better-sqlite3's 16. Every commit ends by
  * walking the whole cache (SQLite's B-tree balancing renumbers pages through the lock-byte page,
- * 262,145, and the cache then truncates past the database's end by scanning its hash table): ≈ 66
- * µs a commit with 16 MiB full, ≈ 4 % of a worker's time at concurrency 50. A worker's pages are
- * the right edges of a few B-trees and the head of the claim index, far fewer than 1,000.
+ * 262,145, and the cache then truncates past the database's end by scanning its hash table), so a
+ * big cache costs every commit. A worker's pages are the right edges of a few B-trees and the
+ * head of the claim index, far fewer than 1,000.
  */
 const CACHE_KIB = 4_000;
 
