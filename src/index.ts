@@ -5,7 +5,7 @@ import type { Store } from './store/store.js';
 import { createStore, DEFAULT_STORE_URL, type StoreOpenOptions } from './store/open.js';
 import { Queue, type QueueOptions } from './runtime/queue.js';
 
-export interface OpenQueueOptions extends QueueOptions, StoreOpenOptions {
+export interface OpenQueueOptions extends QueueOptions, Omit<StoreOpenOptions, 'clock'> {
   /** `sqlite:./reckon.db` (default, or RECKON_STORE), `sqlite::memory:`, `postgres://…`, or a Store. */
   store?: string | Store;
 }
@@ -15,7 +15,10 @@ export async function openQueue(options: OpenQueueOptions = {}): Promise<Queue> 
   const store =
     typeof options.store === 'object' && options.store !== null
       ? options.store
-      : await createStore(options.store ?? process.env.RECKON_STORE ?? DEFAULT_STORE_URL, options);
+      : await createStore(options.store ?? process.env.RECKON_STORE ?? DEFAULT_STORE_URL, {
+          ...options,
+          clock: options.clock ? () => options.clock!.now() : undefined,
+        });
   await store.init();
   return new Queue(store, options);
 }
@@ -100,3 +103,5 @@ export { Metrics } from './observe/metrics.js';
 export type { MetricsOptions } from './observe/metrics.js';
 export type { RuntimeObserver, DuplicatePreventionKind } from './runtime/observer.js';
 export { startMetricsServer } from './server/metrics-server.js';
+export { systemClock } from './core/clock.js';
+export type { Clock, ClockTimer, TimerOptions } from './core/clock.js';

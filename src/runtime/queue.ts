@@ -11,6 +11,7 @@ import {
   UnknownOperation,
   safeMessage,
 } from '../core/errors.js';
+import { systemClock, type Clock } from '../core/clock.js';
 import { encodePayload, fingerprintOf, sha256Hex, type Json } from '../core/json.js';
 import {
   approvalOf,
@@ -50,6 +51,11 @@ export interface QueueOptions {
   observer?: RuntimeObserver;
   /** How often `call`/`waitFor` waiters poll the store besides its notifications (ms). Default 1000. */
   outcomePollMs?: number;
+  /**
+   * Where the runtime takes time and timers from. Default the real clock; the simulator passes a
+   * virtual one (and `openQueue` gives the same clock to a SQLite store it opens).
+   */
+  clock?: Clock;
 }
 
 export interface EnqueueOptions {
@@ -97,6 +103,8 @@ export class Queue {
   readonly log: Logger;
   readonly faults: Faults;
   readonly observer: RuntimeObserver;
+  /** Time and timers of this queue, its workers and its loops (see `Clock`). */
+  readonly clock: Clock;
   /** Local wake-ups: workers of this queue pick up new work without waiting for a poll. */
   readonly notifier = new EventEmitter();
   private readonly operations = new Map<string, AnyOperation>();
@@ -113,6 +121,7 @@ export class Queue {
     this.log = safeLogger(options.logger);
     this.faults = options.faults ?? Faults.fromEnv();
     this.observer = options.observer ?? noopObserver;
+    this.clock = options.clock ?? systemClock;
     this.payloadBytesMax = options.payloadBytesMax ?? LIMITS.payloadBytesMax;
     this.keyLengthMax = options.requestKeyLengthMax ?? LIMITS.requestKeyLengthMax;
     this.actor = options.actor ?? 'api';

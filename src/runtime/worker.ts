@@ -10,6 +10,7 @@ import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { randomBytes } from 'node:crypto';
+import type { Clock } from '../core/clock.js';
 import { CallbackFailed, toErrorInfo, type ErrorInfo } from '../core/errors.js';
 import type { AttemptOutcome } from '../core/decide.js';
 import type { Logger, AnyOperation } from '../core/operation.js';
@@ -43,6 +44,8 @@ export interface WorkerHost {
   readonly faults: Faults;
   readonly log: Logger;
   readonly observer: RuntimeObserver;
+  /** Time and timers (see core/clock.ts). */
+  readonly clock: Clock;
   /** Emits 'enqueued' (operation name) for enqueues of this process. */
   readonly notifier: EventEmitter;
   /** The queue's registered operation of this name (for the reclaimer). */

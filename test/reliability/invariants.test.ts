@@ -5,6 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { defineOperation } from '../../src/index.js';
+import { systemClock } from '../../src/core/clock.js';
 import { DownstreamClient, randomPolicy } from '../../src/testkit/downstream.js';
 import { FLAVOURS } from '../../src/testkit/operations.js';
 import { STORE_KINDS } from '../helpers/stores.js';
@@ -98,7 +99,9 @@ describe.each(STORE_KINDS)('fencing and late evidence on %s', (kind) => {
 describe('store clock against worker clock (sqlite: the clock is injected)', () => {
   it('a store clock moved past the lease refuses the fenced marker while the worker still believes it holds', async (ctx) => {
     let offsetMs = 0;
-    const rig = await Rig.open(ctx, 'sqlite', { queue: { clock: () => Date.now() + offsetMs } });
+    const rig = await Rig.open(ctx, 'sqlite', {
+      queue: { clock: { ...systemClock, now: () => Date.now() + offsetMs } },
+    });
     const client = new DownstreamClient(rig.downstream.url);
     let claimed!: () => void;
     const claimedP = new Promise<void>((r) => (claimed = r));
