@@ -174,6 +174,8 @@ const PENDING_MEANING: Record<string, string> = {
     'It waits for a person to approve it: nothing was sent yet. Do not retry; it runs once approved',
 };
 
+export type PendingReason = 'timeout' | 'aborted' | 'needs-review';
+
 /**
  * A wait (`q.call`, `q.waitFor`) ended before the job reached an outcome: never a guess. The
  * job keeps going; wait again with the same key or job id to learn how it ends.
@@ -182,16 +184,24 @@ export class OutcomePending extends ReckonError {
   readonly jobId: string;
   readonly state: string;
   readonly evidence: OutcomeEvidence;
-  /** Why the wait ended: its time ran out, or the caller's signal aborted it. */
-  readonly reason: 'timeout' | 'aborted';
+  /**
+   * Why the wait ended: its time ran out, the caller's signal aborted it, or the job is in
+   * NEEDS_REVIEW, which only a person moves on (waiting longer would block for nothing).
+   */
+  readonly reason: PendingReason;
   constructor(p: {
     jobId: string;
     state: string;
     evidence: OutcomeEvidence;
-    reason: 'timeout' | 'aborted';
+    reason: PendingReason;
     cause?: unknown;
   }) {
-    const ended = p.reason === 'timeout' ? 'the wait timed out' : 'the wait was aborted';
+    const ended =
+      p.reason === 'timeout'
+        ? 'the wait timed out'
+        : p.reason === 'aborted'
+          ? 'the wait was aborted'
+          : 'the wait ended at once, as only a person can decide it';
     const meaning = PENDING_MEANING[p.state] ?? 'Its outcome is not known yet';
     super(
       'OUTCOME_PENDING',

@@ -539,20 +539,30 @@ export class AttemptRun {
         );
       return { kind: 'fenced', outcome, result, error };
     }
-    this.log.info({ outcome: attemptState, jobState: next.to }, 'attempt finished');
+    // The store's plan ends a job FAILED only when its whole history proves it (plan/proof.ts);
+    // else it went to NEEDS_REVIEW. Rare (attempts ran out, or a refusal): read which.
+    const jobState = next.to === 'FAILED' ? await this.stateAfterFailure() : next.to;
+    this.log.info({ outcome: attemptState, jobState }, 'attempt finished');
     const { observer } = this.host;
     observer.attemptFinished({ operation: job.operation, state: attemptState });
     if (attemptState === 'UNKNOWN')
       observer.unknown({ operation: job.operation, source: 'worker' });
-    if (next.to === 'SUCCEEDED' || next.to === 'FAILED') {
+    if (jobState === 'SUCCEEDED' || jobState === 'FAILED') {
       observer.completed({
         operation: job.operation,
         queue: job.queue,
-        state: next.to,
+        state: jobState,
         ageMs: Date.now() - job.createdAt,
       });
     }
-    return { kind: 'finished', outcome, jobState: next.to, result, error };
+    return { kind: 'finished', outcome, jobState, result, error };
+  }
+
+  /** The state a finish planned FAILED wrote: FAILED, or NEEDS_REVIEW (a person may move it on). */
+  private async stateAfterFailure(): Promise<'FAILED' | 'NEEDS_REVIEW'> {
+    const detail = await this.host.store.jobGet({ id: this.claimed.job.id }).catch(() => null);
+    // Unreadable: say the safer one (a person looks; nothing claims the effect did not happen).
+    return detail?.job.state === 'FAILED' ? 'FAILED' : 'NEEDS_REVIEW';
   }
 }
 

@@ -19,6 +19,7 @@ import {
   errorMessage,
   type ErrorInfo,
   type OutcomeEvidence,
+  type PendingReason,
 } from '../core/errors.js';
 import type { Json } from '../core/json.js';
 import type { Logger } from '../core/operation.js';
@@ -200,7 +201,7 @@ export class OutcomeWaiters {
   }
 
   /** The wait is over without an outcome: OutcomePending with the job's evidence. */
-  private async givingUp(w: Waiter, reason: 'timeout' | 'aborted', cause?: unknown): Promise<void> {
+  private async givingUp(w: Waiter, reason: PendingReason, cause?: unknown): Promise<void> {
     // Once: a timeout and an abort may both fire.
     if (w.settled || w.ending) return;
     w.ending = true;
@@ -297,9 +298,7 @@ export class OutcomeWaiters {
     const known = new Set<string>();
     for (const row of states ?? []) {
       known.add(row.id);
-      const outcome = outcomeOf(row);
-      if (outcome)
-        for (const w of [...(this.waiters.get(row.id) ?? [])]) this.settle(w, { outcome });
+      this.answer(row);
     }
     for (const id of ids) if (!known.has(id) && this.waiters.has(id)) this.changed.add(id);
     if (this.all || this.changed.size > 0) this.readChanged();
@@ -356,10 +355,7 @@ export class OutcomeWaiters {
       const found = new Set<string>();
       for (const row of rows) {
         found.add(row.id);
-        const outcome = outcomeOf(row);
-        if (!outcome) continue;
-        any = true;
-        for (const w of [...(this.waiters.get(row.id) ?? [])]) this.settle(w, { outcome });
+        if (this.answer(row)) any = true;
       }
       // Gone from the journal while waited for (retention removed its history).
       for (const id of chunk)
@@ -368,6 +364,20 @@ export class OutcomeWaiters {
             this.settle(w, { err: new JobNotFound(id) });
     }
     return any;
+  }
+
+  /**
+   * Answers the waiters of a job whose state is read: its outcome, or at once OutcomePending
+   * for a job in NEEDS_REVIEW (only a person moves it; the wait would block for nothing).
+   * True when the job had an answer.
+   */
+  private answer(row: JobStateRow): boolean {
+    const outcome = outcomeOf(row);
+    const waiters = [...(this.waiters.get(row.id) ?? [])];
+    if (outcome) for (const w of waiters) this.settle(w, { outcome });
+    else if (row.state === 'NEEDS_REVIEW')
+      for (const w of waiters) void this.givingUp(w, 'needs-review');
+    return outcome !== undefined || row.state === 'NEEDS_REVIEW';
   }
 
   private async read(ids: string[]): Promise<JobStateRow[]> {

@@ -79,6 +79,7 @@ export class Review {
         ? { error: { name: 'OperatorDecision', message: note || `marked failed by ${source}` } }
         : {}),
       event: { kind: 'resolved', actor: source, detail: { as, note } },
+      byPerson: true,
     });
     if (!applied)
       throw new JobStateConflict(

@@ -293,3 +293,28 @@ export function statsFromRows(r: StatsRows): StoreStats {
     expiredLeases: Number(r.expired),
   };
 }
+
+/** The columns of an attempt that plan/proof.ts reads (both stores' `attemptFacts`). */
+export interface AttemptFactRow {
+  attempt_no: number;
+  state: string;
+  resolution: string | null;
+  resolution_source: string | null;
+  error_json: string | null;
+}
+
+export function attemptFactFromRow(r: AttemptFactRow): {
+  attemptNo: number;
+  state: AttemptState;
+  resolution: Resolution | null;
+  resolutionSource: string | null;
+  error: ErrorInfo | null;
+} {
+  return {
+    attemptNo: r.attempt_no,
+    state: r.state as AttemptState,
+    resolution: r.resolution as Resolution | null,
+    resolutionSource: r.resolution_source,
+    error: parseJson<ErrorInfo>(r.error_json),
+  };
+}

@@ -196,6 +196,11 @@ export interface JobTransition {
   resultJson?: string | null;
   error?: ErrorInfo | null;
   event: { kind: string; actor: string; detail?: Record<string, unknown> };
+  /**
+   * A person's decision (review): it may end the job FAILED whatever its history. Any other
+   * move to FAILED needs every attempt proven without effect (plan/proof.ts).
+   */
+  byPerson?: boolean;
 }
 
 export interface EventInsert {

@@ -8,6 +8,7 @@ import { jsonOrNull } from '../rows.js';
 import { assertFinishLegal, leaseHolds } from '../rules.js';
 import type { AttemptExpire, AttemptFinish, AttemptRecord, JobRecord } from '../store.js';
 import { planJobWrite } from './job.js';
+import { failedOrReview, type AttemptFact } from './proof.js';
 import type { WriteSet } from './types.js';
 
 /**
@@ -41,7 +42,11 @@ export function attemptEventKind(state: string): string {
   return kind;
 }
 
-export function finishParams(f: AttemptFinish | AttemptExpire): FinishParams {
+/** `unproven`: the attempts that sent a job planned FAILED to NEEDS_REVIEW (proof.ts). */
+export function finishParams(
+  f: AttemptFinish | AttemptExpire,
+  unproven: readonly number[] = [],
+): FinishParams {
   const to = f.job.to;
   const resultJson = 'resultJson' in f ? f.resultJson : null;
   const error = 'error' in f ? f.error : null;
@@ -55,16 +60,21 @@ export function finishParams(f: AttemptFinish | AttemptExpire): FinishParams {
     eventKind: attemptEventKind(f.state),
     // Serialized by hand when it has only the constant part (the common case, on the hot path).
     eventDetailJson:
-      f.reason || error || f.job.delayMs !== undefined
+      f.reason || error || f.job.delayMs !== undefined || unproven.length > 0
         ? JSON.stringify({
             attemptState: f.state,
             ...(f.reason ? { reason: f.reason } : {}),
             ...(error ? { error } : {}),
             ...(f.job.delayMs !== undefined ? { retryInMs: f.job.delayMs } : {}),
+            ...(unproven.length > 0 ? { unprovenAttempts: unproven, review: UNPROVEN } : {}),
           })
         : `{"attemptState":"${f.state}"}`,
   };
 }
+
+/** Why a job whose attempts ran out went to review instead of FAILED (its event says so). */
+export const UNPROVEN =
+  'attempts ran out, but an earlier attempt may have reached the downstream: nothing proves it had no effect';
 
 type FenceJob = Pick<JobRecord, 'id' | 'state' | 'attemptCount' | 'nextCheckAt'>;
 type FenceAttempt = Pick<
@@ -80,13 +90,35 @@ export function planFinish(p: {
   job: FenceJob | undefined;
   attempt: FenceAttempt | undefined;
   finish: AttemptFinish;
+  /** The job's earlier attempts, read when `needsHistory(finish.job.to)`. */
+  history?: readonly AttemptFact[];
   now: number;
 }): WriteSet | null {
   const { job, attempt, finish: f } = p;
   if (!job || !attempt || !leaseHolds(job as JobRecord, attempt as AttemptRecord, f.lease))
     return null;
   assertFinishLegal(job as JobRecord, attempt as AttemptRecord, f);
-  return endAttempt(job, attempt, f, p.now);
+  return endAttempt(job, attempt, judged(f, attempt, p.history), p.now);
+}
+
+/** The move with item 1's rule applied: FAILED only when the whole history proves it. */
+function judged<F extends AttemptFinish | AttemptExpire>(
+  f: F,
+  attempt: FenceAttempt,
+  earlier: readonly AttemptFact[] | undefined,
+): { f: F; unproven: number[] } {
+  const history = earlier && [
+    ...earlier.filter((a) => a.attemptNo < attempt.attemptNo),
+    {
+      attemptNo: attempt.attemptNo,
+      state: f.state,
+      resolution: null,
+      resolutionSource: null,
+      error: 'error' in f ? f.error : null,
+    },
+  ];
+  const { to, unproven } = failedOrReview(f.job.to, history);
+  return to === f.job.to ? { f, unproven } : { f: { ...f, job: { to } }, unproven };
 }
 
 /**
@@ -98,6 +130,8 @@ export function planExpire(p: {
   attempt: FenceAttempt | undefined;
   expire: AttemptExpire;
   skewMs: number;
+  /** The job's earlier attempts, read when `needsHistory(expire.job.to)`. */
+  history?: readonly AttemptFact[];
   now: number;
 }): WriteSet | null {
   const { job, attempt, expire: e } = p;
@@ -113,16 +147,17 @@ export function planExpire(p: {
     resultJson: null,
     error: null,
   });
-  return endAttempt(job, attempt, e, p.now);
+  return endAttempt(job, attempt, judged(e, attempt, p.history), p.now);
 }
 
 function endAttempt(
   job: FenceJob,
   attempt: FenceAttempt,
-  f: AttemptFinish | AttemptExpire,
+  j: { f: AttemptFinish | AttemptExpire; unproven: readonly number[] },
   now: number,
 ): WriteSet {
-  const fp = finishParams(f);
+  const { f } = j;
+  const fp = finishParams(f, j.unproven);
   const resultJson = 'resultJson' in f ? f.resultJson : null;
   const error = 'error' in f ? f.error : null;
   return {

@@ -10,8 +10,17 @@ export {
   finishParams,
   planExpire,
   planFinish,
+  UNPROVEN,
   type FinishParams,
 } from './finish.js';
 export { planTransition } from './transition.js';
+export {
+  failedOrReview,
+  needsHistory,
+  provenWithoutEffect,
+  refusesForKey,
+  unprovenAttempts,
+  type AttemptFact,
+} from './proof.js';
 export { planCancel, type CancelPlan } from './cancel.js';
 export { dedupEvent, planDedup, type KeyHolder, type KeyRequest } from './dedup.js';

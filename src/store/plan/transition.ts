@@ -1,8 +1,10 @@
 /** A conditional job transition (reconciliation, review, a deferred check) on the locked rows. */
 import { jsonOrNull } from '../rows.js';
 import { transitionApplies } from '../rules.js';
+import { UNPROVEN } from './finish.js';
 import type { AttemptRecord, JobRecord, JobTransition } from '../store.js';
 import { planJobWrite } from './job.js';
+import { failedOrReview, type AttemptFact } from './proof.js';
 import type { WriteSet } from './types.js';
 
 /**
@@ -14,10 +16,13 @@ export function planTransition(p: {
   job: JobRecord | undefined;
   attempt: AttemptRecord | undefined;
   t: JobTransition;
+  /** The job's attempts, read when `needsHistory(t.to)`. */
+  history?: readonly AttemptFact[];
   now: number;
 }): WriteSet | null {
-  const { job, t, now } = p;
-  if (!transitionApplies(job, p.attempt, t) || !job) return null;
+  const { job, now } = p;
+  if (!transitionApplies(job, p.attempt, p.t) || !job) return null;
+  const t = judgedTransition(p.t, p.history);
   const lookupFailures =
     t.to === 'QUEUED' ? 0 : t.lookupFailed ? job.lookupFailures + 1 : undefined;
   return {
@@ -50,6 +55,7 @@ export function planTransition(p: {
         actor: t.event.actor,
         detailJson: jsonOrNull({
           ...(t.event.detail ?? {}),
+          ...(t.to !== p.t.to ? { unprovenAttempts: t.unproven, review: UNPROVEN } : {}),
           ...(t.resolution
             ? {
                 resolution: t.resolution.kind,
@@ -62,4 +68,22 @@ export function planTransition(p: {
     ],
     requeue: t.to === 'QUEUED',
   };
+}
+
+/**
+ * Item 1's rule (proof.ts) on a transition that would end the job FAILED, with the resolution
+ * it adds counted: NEEDS_REVIEW when an attempt is unproven. A person's decision stands.
+ */
+function judgedTransition(
+  t: JobTransition,
+  history: readonly AttemptFact[] | undefined,
+): JobTransition & { unproven: number[] } {
+  if (t.byPerson) return { ...t, unproven: [] };
+  const after = history?.map((a) =>
+    t.resolution && a.attemptNo === t.expectAttemptNo
+      ? { ...a, resolution: t.resolution.kind, resolutionSource: t.resolution.source }
+      : a,
+  );
+  const { to, unproven } = failedOrReview(t.to, after);
+  return { ...t, to, unproven };
 }

@@ -159,7 +159,7 @@ export async function finishNow(h: PgHandle, finishes: AttemptFinish[]): Promise
   }));
   const col = <T>(fn: (f: AttemptFinish) => T): T[] => finishes.map(fn);
   // What the plan decides without the rows; the statement adds the fence and the clock.
-  const planned = finishes.map(finishParams);
+  const planned = finishes.map((f) => finishParams(f));
   const pcol = <T>(fn: (f: FinishParams) => T): T[] => planned.map(fn);
   const r = await h.db.statement<{ applied: boolean; requeued: string | null }>(
     PREPARED.attemptFinish,

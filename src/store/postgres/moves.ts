@@ -5,15 +5,31 @@
  */
 import { assert } from '../../core/errors.js';
 import { assertTransitionLegal } from '../rules.js';
-import { attemptFromRow, jobFromRow, toMs, type AttemptRow, type JobRow } from '../rows.js';
+import {
+  attemptFactFromRow,
+  attemptFromRow,
+  jobFromRow,
+  toMs,
+  type AttemptFactRow,
+  type AttemptRow,
+  type JobRow,
+} from '../rows.js';
 import type {
   AttemptExpire,
+  AttemptFinish,
   AttemptRecord,
   JobCancelResult,
   JobRecord,
   JobTransition,
 } from '../store.js';
-import { planCancel, planExpire, planTransition } from '../plan/index.js';
+import {
+  needsHistory,
+  planCancel,
+  planExpire,
+  planFinish,
+  planTransition,
+  type AttemptFact,
+} from '../plan/index.js';
 import type { PgHandle } from './handle.js';
 import { TxWrites, type Queryable } from './commit.js';
 import { leaseKey } from './attempts.js';
@@ -70,6 +86,18 @@ export async function lockAttempt(
   return r.rows[0] && attemptFromRow(r.rows[0]);
 }
 
+/** The job's attempts as plan/proof.ts reads them, when a move planned to `to` needs them. */
+async function historyFor(
+  h: PgHandle,
+  c: Queryable,
+  jobId: string,
+  to: JobTransition['to'],
+): Promise<AttemptFact[] | undefined> {
+  if (!needsHistory(to)) return undefined;
+  const r = await c.query<AttemptFactRow>(h.sql.attemptFacts, [jobId]);
+  return r.rows.map(attemptFactFromRow);
+}
+
 /** Writes what a transaction gathered: attempt ends, then jobs, then events, then wake-ups. */
 export async function flush(
   h: PgHandle,
@@ -102,7 +130,8 @@ export async function jobTransition(h: PgHandle, t: JobTransition): Promise<bool
     const { job, now } = await lockJob(h, c, t.jobId);
     const attempt =
       job && job.attemptCount > 0 ? await lockAttempt(h, c, job.id, job.attemptCount) : undefined;
-    const plan = planTransition({ job, attempt, t, now });
+    const history = job && (await historyFor(h, c, job.id, t.to));
+    const plan = planTransition({ job, attempt, t, history, now });
     if (!plan || !job) return false;
     const r = plan.resolution;
     if (r) {
@@ -158,7 +187,8 @@ export async function attemptExpireMany(
       p.expiries.map((e) => e.lease),
     );
     const w = new TxWrites();
-    const applied = p.expiries.map((e) => {
+    const applied: boolean[] = [];
+    for (const e of p.expiries) {
       const l = locked.get(leaseKey(e.lease.jobId, e.lease.attemptNo));
       // Judged again under the lock: a second reclaimer, or a late heartbeat, finds nothing to do.
       const plan = planExpire({
@@ -166,14 +196,47 @@ export async function attemptExpireMany(
         attempt: l?.attempt,
         expire: e,
         skewMs: p.skewMs,
+        history: await historyFor(h, c, e.lease.jobId, e.job.to),
         now,
       });
-      if (!plan || !l) return false;
+      applied.push(plan !== null && l !== undefined);
+      if (!plan || !l) continue;
       w.add(l.job, plan);
       // A second expiry of the same lease in this batch finds it ended.
       l.attempt = { ...l.attempt, state: e.state };
-      return true;
-    });
+    }
+    await flush(h, c, w, now);
+    return applied;
+  });
+}
+
+/**
+ * Outcomes that would end their job FAILED: off the one-statement hot path, because the plan
+ * judges them with the job's attempt history (plan/proof.ts). Rare: attempts ran out, or the
+ * downstream refused.
+ */
+export async function attemptFinishWithHistory(
+  h: PgHandle,
+  finishes: AttemptFinish[],
+): Promise<boolean[]> {
+  if (finishes.length === 0) return [];
+  return h.db.tx(async (c) => {
+    const { now, locked } = await lockLeases(
+      h,
+      c,
+      finishes.map((f) => f.lease),
+    );
+    const w = new TxWrites();
+    const applied: boolean[] = [];
+    for (const f of finishes) {
+      const l = locked.get(leaseKey(f.lease.jobId, f.lease.attemptNo));
+      const history = await historyFor(h, c, f.lease.jobId, f.job.to);
+      const plan = planFinish({ job: l?.job, attempt: l?.attempt, finish: f, history, now });
+      applied.push(plan !== null && l !== undefined);
+      if (!plan || !l) continue;
+      w.add(l.job, plan);
+      l.attempt = { ...l.attempt, state: f.state };
+    }
     await flush(h, c, w, now);
     return applied;
   });

@@ -159,6 +159,10 @@ FROM (
     /** $1 job id. Locks the job; `now` is read after the lock is held. */
     jobLock: `SELECT l.*, ${NOW} AS now FROM (SELECT * FROM ${jobs} WHERE id = $1 FOR UPDATE) l`,
 
+    /** $1 job id. What plan/proof.ts reads of the job's attempts (the job is locked). */
+    attemptFacts: `SELECT attempt_no, state, resolution, resolution_source, error_json
+FROM ${attempts} WHERE job_id = $1 ORDER BY attempt_no`,
+
     /** $1 job id, $2 attempt no. Locks that attempt (after its job: same order as leaseLock). */
     attemptLock: `SELECT * FROM ${attempts} WHERE job_id = $1 AND attempt_no = $2 FOR UPDATE`,
 

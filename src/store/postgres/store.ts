@@ -62,6 +62,7 @@ import type {
 } from '../store.js';
 import { CommitObservers } from '../commit-observers.js';
 import { GroupCommit } from '../group-commit.js';
+import { needsHistory } from '../plan/index.js';
 import { WorkListener } from './notify.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS, MIGRATIONS_TABLE_SQL } from './schema.js';
 import {
@@ -337,7 +338,21 @@ export class PostgresStore implements Store {
   }
 
   attemptFinishMany(p: { finishes: AttemptFinish[] }): Promise<boolean[]> {
-    return this.finishes.call(p.finishes);
+    if (!p.finishes.some((f) => needsHistory(f.job.to))) return this.finishes.call(p.finishes);
+    return this.finishSplit(p.finishes);
+  }
+
+  /** Outcomes that need their job's history go through a transaction (moves.ts), the rest as usual. */
+  private async finishSplit(finishes: AttemptFinish[]): Promise<boolean[]> {
+    const judged = finishes.filter((f) => needsHistory(f.job.to));
+    const hot = finishes.filter((f) => !needsHistory(f.job.to));
+    const [a, b] = await Promise.all([
+      moves.attemptFinishWithHistory(this.h, judged),
+      hot.length > 0 ? this.finishes.call(hot) : Promise.resolve([]),
+    ]);
+    let i = 0;
+    let j = 0;
+    return finishes.map((f) => (needsHistory(f.job.to) ? a[i++]! : b[j++]!));
   }
 
   attemptExpiredList(p: { skewMs: number; limit: number }): Promise<ExpiredAttempt[]> {

@@ -5,6 +5,7 @@
 import type { AttemptState, JobState } from '../../core/states.js';
 import { assertTransitionLegal } from '../rules.js';
 import {
+  needsHistory,
   planCancel,
   planExpire,
   planFinish,
@@ -22,7 +23,7 @@ import type {
   LeaseRef,
 } from '../store.js';
 import type { SqliteHandle } from './handle.js';
-import { getAttempt, getJob } from './reads.js';
+import { attemptFacts, getAttempt, getJob } from './reads.js';
 import { SET_JOB_STATE_BY_ID, SET_JOB_STATE_BY_ROWID } from './statements.js';
 
 /** The columns of `fenceView`, in order. */
@@ -169,7 +170,8 @@ export function jobTransition(h: SqliteHandle, t: JobTransition): Promise<boolea
     const job = getJob(h, t.jobId);
     const attempt =
       job && job.attemptCount > 0 ? getAttempt(h, job.id, job.attemptCount) : undefined;
-    const w = planTransition({ job, attempt, t, now });
+    const history = job && needsHistory(t.to) ? attemptFacts(h, job.id) : undefined;
+    const w = planTransition({ job, attempt, t, history, now });
     if (!w) return false;
     writePlan(h, { job: job! }, w);
     return true;
@@ -203,7 +205,8 @@ export function attemptFinishMany(
       // The fence read first (one join, both rowids), then both rows written by rowid: cheaper
       // than a conditional UPDATE of the attempt followed by the job's by id.
       const v = fenceView(h, f.lease);
-      const w = planFinish({ job: v?.job, attempt: v?.attempt, finish: f, now });
+      const history = v && needsHistory(f.job.to) ? attemptFacts(h, f.lease.jobId) : undefined;
+      const w = planFinish({ job: v?.job, attempt: v?.attempt, finish: f, history, now });
       if (!w) return false;
       writePlan(h, v!, w);
       return true;
@@ -226,6 +229,7 @@ export function attemptExpireMany(
         attempt: v?.attempt,
         expire: e,
         skewMs: p.skewMs,
+        history: v && needsHistory(e.job.to) ? attemptFacts(h, e.lease.jobId) : undefined,
         now,
       });
       if (!w) return false;

@@ -4,10 +4,12 @@
  */
 import type { JobState } from '../../core/states.js';
 import {
+  attemptFactFromRow,
   attemptFromRow,
   eventFromRow,
   jobFromRow,
   statsFromRows,
+  type AttemptFactRow,
   type AttemptRow,
   type EventRow,
   type JobRow,
@@ -20,6 +22,7 @@ import type {
   JobRecord,
   StoreStats,
 } from '../store.js';
+import type { AttemptFact } from '../plan/index.js';
 import type { SqliteHandle } from './handle.js';
 import { LIMIT_PARAM } from './statements.js';
 
@@ -37,6 +40,17 @@ export function getAttempt(
     .stmt('SELECT * FROM attempts WHERE job_id = ? AND attempt_no = ?')
     .get(jobId, attemptNo) as AttemptRow | undefined;
   return row && attemptFromRow(row);
+}
+
+/** What plan/proof.ts reads of a job's attempts (inside the write transaction). */
+export function attemptFacts(h: SqliteHandle, jobId: string): AttemptFact[] {
+  const rows = h
+    .stmt(
+      `SELECT attempt_no, state, resolution, resolution_source, error_json
+       FROM attempts WHERE job_id = ? ORDER BY attempt_no`,
+    )
+    .all(jobId) as AttemptFactRow[];
+  return rows.map(attemptFactFromRow);
 }
 
 export function jobGet(h: SqliteHandle, p: { id: string }): Promise<JobDetail | null> {
