@@ -49,6 +49,7 @@ export {
   UnknownOperation,
   JobNotFound,
   JobStateConflict,
+  ApprovalExpired,
   StoreError,
   StoreCorrupt,
   StoreReadOnly,

@@ -25,6 +25,7 @@ import {
   LATEST_SCHEMA_VERSION as SQLITE_LATEST,
   MIGRATIONS as SQLITE_MIGRATIONS,
 } from '../src/store/sqlite/schema.js';
+import { APPROVAL_EXPIRED_ERROR } from '../src/store/plan/index.js';
 import { rewriteTables } from '../src/store/sqlite/schema.js';
 import { createStore } from '../src/store/open.js';
 import type {
@@ -583,16 +584,15 @@ describe.each(STORE_KINDS)('store conformance of approvals: %s', (kind) => {
     jobs.push(newJob('later', { reason: null, expiresInMs: 3_600_000 }));
     jobs.push(newJob('never', { reason: null, expiresInMs: null }));
     await a!.jobInsertMany({ jobs, actor: 't' });
-    const error = { name: 'ApprovalExpired', message: 'timed out' };
     // Wait for the store's clock to pass the expiry (1 ms after enqueue).
     const now = await a!.clockNow();
     await until('the store clock to move', async () => (await a!.clockNow()) > now + 1);
-    const first = await a!.jobApprovalExpireMany({ limit: 2, actor: 'x', error });
+    const first = await a!.jobApprovalExpireMany({ limit: 2, actor: 'x' });
     expect(first).toHaveLength(2);
     const rest = await Promise.all([
-      a!.jobApprovalExpireMany({ limit: 100, actor: 'a', error }),
-      b!.jobApprovalExpireMany({ limit: 100, actor: 'b', error }),
-      a!.jobApprovalExpireMany({ limit: 100, actor: 'a2', error }),
+      a!.jobApprovalExpireMany({ limit: 100, actor: 'a' }),
+      b!.jobApprovalExpireMany({ limit: 100, actor: 'b' }),
+      a!.jobApprovalExpireMany({ limit: 100, actor: 'a2' }),
     ]);
     const expired = [...first, ...rest.flat()];
     expect(expired.map((j) => j.requestKey).sort()).toEqual([
@@ -605,7 +605,11 @@ describe.each(STORE_KINDS)('store conformance of approvals: %s', (kind) => {
       'e6',
     ]);
     for (const j of expired) {
-      expect(j).toMatchObject({ state: 'CANCELLED', error, approvalExpiresAt: null });
+      expect(j).toMatchObject({
+        state: 'CANCELLED',
+        error: APPROVAL_EXPIRED_ERROR,
+        approvalExpiresAt: null,
+      });
       const { events, attempts } = (await a!.jobGet({ id: j.id }))!;
       expect(attempts).toEqual([]);
       expect(events.filter((e) => e.kind === 'approval-expired')).toHaveLength(1);

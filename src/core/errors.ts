@@ -138,6 +138,22 @@ export class JobStateConflict extends ReckonError {
   }
 }
 
+/**
+ * A decision on a job whose approval had already timed out (store clock): it was not applied,
+ * and the job ended CANCELLED (expired), whether or not a worker had expired it yet.
+ */
+export class ApprovalExpired extends ReckonError {
+  readonly jobId: string;
+  constructor(jobId: string) {
+    super(
+      'APPROVAL_EXPIRED',
+      `job ${jobId}: its approval had timed out before this decision, so it was not applied; ` +
+        `the job is CANCELLED and nothing was sent. Enqueue it again with a new key if it is still wanted.`,
+    );
+    this.jobId = jobId;
+  }
+}
+
 /** What a pending outcome's evidence holds: the latest attempt and the events that explain it. */
 export interface OutcomeEvidence {
   /** The job's latest attempt, or null when it has none (never claimed, or awaiting approval). */

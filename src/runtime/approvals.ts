@@ -4,7 +4,14 @@
  * decided within the operation's `approvalTimeoutMs`, it ends CANCELLED with the decision as
  * its error and no attempt. Each decision is an event with its actor, note and the store's time.
  */
-import { InvalidInput, JobNotFound, JobStateConflict, type ErrorInfo } from '../core/errors.js';
+import {
+  ApprovalExpired,
+  InvalidInput,
+  JobNotFound,
+  JobStateConflict,
+  errorMessage,
+  type ErrorInfo,
+} from '../core/errors.js';
 import { assertJobTransition } from '../core/states.js';
 import type { EventEmitter } from 'node:events';
 import type { Logger } from '../core/operation.js';
@@ -40,7 +47,11 @@ export interface ApprovalsHost {
 export class Approvals {
   constructor(private readonly queue: ApprovalsHost) {}
 
-  /** Jobs awaiting approval, oldest first. */
+  /**
+   * Jobs awaiting a decision, oldest first. Approvals whose time ran out (store clock) are
+   * expired first, so none is shown as decidable whether or not a worker runs: they end
+   * CANCELLED (`approval-expired`), as a worker's expiry pass would have done.
+   */
   async list(options: { operation?: string; limit?: number } = {}): Promise<ApprovalRequest[]> {
     const limit = options.limit ?? 100;
     if (!Number.isInteger(limit) || limit < 1 || limit > 10_000)
@@ -48,15 +59,23 @@ export class Approvals {
     if (options.operation !== undefined && typeof options.operation !== 'string')
       throw new InvalidInput('operation must be a string');
     const { store } = this.queue;
+    try {
+      while (await this.expireOnce(`approvals-list:${process.pid}`));
+    } catch (err) {
+      // A store that cannot write now (read-only, busy) still lists; expired ones are left out.
+      this.queue.log.warn({ err: errorMessage(err) }, 'expiring approvals before the list failed');
+    }
     const [jobs, now] = await Promise.all([
       store.jobApprovalList({ operation: options.operation, limit }),
       store.clockNow(),
     ]);
-    return jobs.map((job) => ({
-      ...job,
-      ageMs: Math.max(0, now - job.createdAt),
-      expiresInMs: job.approvalExpiresAt === null ? null : Math.max(0, job.approvalExpiresAt - now),
-    }));
+    return jobs
+      .filter((job) => job.approvalExpiresAt === null || job.approvalExpiresAt > now)
+      .map((job) => ({
+        ...job,
+        ageMs: Math.max(0, now - job.createdAt),
+        expiresInMs: job.approvalExpiresAt === null ? null : job.approvalExpiresAt - now,
+      }));
   }
 
   /**
@@ -95,6 +114,10 @@ export class Approvals {
     });
     if (!r.ok) {
       if (!r.job) throw new JobNotFound(jobId);
+      if (r.expired) {
+        this.expiredLog(r.job);
+        throw new ApprovalExpired(jobId);
+      }
       throw new JobStateConflict(
         `job ${jobId} is ${r.job.state}, not AWAITING_APPROVAL: its approval was already decided, or it never needed one`,
         r.job.state,
@@ -129,6 +152,8 @@ export class Approvals {
     });
     if (!r.ok) {
       if (!r.job) throw new JobNotFound(jobId);
+      // Its approval had timed out: it is CANCELLED all the same, as expired.
+      if (r.expired) return r.job;
       throw new JobStateConflict(`job ${jobId} changed while it was being cancelled`, r.job.state);
     }
     return r.job;
@@ -143,22 +168,21 @@ export class Approvals {
     const expired = await this.queue.store.jobApprovalExpireMany({
       limit: APPROVAL_EXPIRE_BATCH_MAX,
       actor,
-      error: {
-        name: 'ApprovalExpired',
-        message: 'no approval decision before the approval timed out',
-      },
     });
-    for (const job of expired)
-      this.queue.log.warn(
-        {
-          jobId: job.id,
-          attemptNo: 0,
-          fingerprint: job.fingerprint,
-          operation: job.operation,
-          state: job.state,
-        },
-        'approval expired: job cancelled',
-      );
+    for (const job of expired) this.expiredLog(job);
     return expired.length === APPROVAL_EXPIRE_BATCH_MAX;
+  }
+
+  private expiredLog(job: JobRecord): void {
+    this.queue.log.warn(
+      {
+        jobId: job.id,
+        attemptNo: 0,
+        fingerprint: job.fingerprint,
+        operation: job.operation,
+        state: job.state,
+      },
+      'approval expired: job cancelled',
+    );
   }
 }

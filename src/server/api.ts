@@ -86,13 +86,16 @@ export function apiRoutes(options: ApiOptions): RouteHandler {
       if (err instanceof JobNotFound)
         return send(res, 404, { error: { code: err.code, message: err.message } });
       if (err instanceof ReckonError)
-        return send(res, err.code === 'JOB_STATE_CONFLICT' ? 409 : 400, {
+        return send(res, CONFLICTS.has(err.code) ? 409 : 400, {
           error: { code: err.code, message: err.message },
         });
       throw err;
     }
   };
 }
+
+/** Errors that say the job's state no longer allows the request (HTTP 409). */
+const CONFLICTS = new Set(['JOB_STATE_CONFLICT', 'APPROVAL_EXPIRED']);
 
 /** GET /api/status: the store, its health checks, its stats and the approvals by operation. */
 async function statusOf(options: ApiOptions): Promise<object> {

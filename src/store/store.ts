@@ -277,9 +277,14 @@ export interface ApprovalDecide {
   error: ErrorInfo | null;
 }
 
-/** The decision applied, or the job as it is when it was not AWAITING_APPROVAL (null: no such job). */
+/**
+ * The decision applied; or not: the job as it is when it was not AWAITING_APPROVAL (null: no
+ * such job), or (`expired`) as the expiry the decision came too late for left it, CANCELLED.
+ */
 export type ApprovalDecideResult =
-  { ok: true; job: JobRecord } | { ok: false; job: JobRecord | null };
+  | { ok: true; job: JobRecord }
+  | { ok: false; job: JobRecord | null; expired?: false }
+  | { ok: false; job: JobRecord; expired: true };
 
 export interface ApprovalStats {
   now: number;
@@ -402,14 +407,13 @@ export interface Store {
 
   /** AWAITING_APPROVAL jobs, oldest first. */
   jobApprovalList(p: { operation?: string; limit: number }): Promise<JobRecord[]>;
-  /** Applies a decision only if the job is still AWAITING_APPROVAL (two deciders: one wins). */
+  /**
+   * Applies a decision only if the job is still AWAITING_APPROVAL (two deciders: one wins) and
+   * its approval has not expired (store clock); an expired one is cancelled instead (plan/approval.ts).
+   */
   jobApprovalDecide(p: ApprovalDecide): Promise<ApprovalDecideResult>;
   /** Cancels up to `limit` AWAITING_APPROVAL jobs whose approval expired (store clock); returns them. */
-  jobApprovalExpireMany(p: {
-    limit: number;
-    actor: string;
-    error: ErrorInfo;
-  }): Promise<JobRecord[]>;
+  jobApprovalExpireMany(p: { limit: number; actor: string }): Promise<JobRecord[]>;
   jobApprovalStats(): Promise<ApprovalStats>;
 
   /**

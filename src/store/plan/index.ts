@@ -24,3 +24,10 @@ export {
 } from './proof.js';
 export { planCancel, type CancelPlan } from './cancel.js';
 export { dedupEvent, planDedup, type KeyHolder, type KeyRequest } from './dedup.js';
+export {
+  APPROVAL_EXPIRED_ERROR,
+  approvalExpired,
+  planApprovalExpire,
+  planDecide,
+  type DecidePlan,
+} from './approval.js';

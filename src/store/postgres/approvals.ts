@@ -1,14 +1,17 @@
 /**
- * AWAITING_APPROVAL on PostgreSQL: listing, the decision and expiry, each one statement (its own
- * transaction). A decision is an UPDATE conditional on the state: of two deciders at once the
- * second waits for the first's row lock, then finds the row no longer AWAITING_APPROVAL and
+ * AWAITING_APPROVAL on PostgreSQL: listing, the decision and expiry. A decision locks its job,
+ * asks the plan (plan/approval.ts) with the database's clock and writes what it decided: of two
+ * deciders at once the second waits for the first's row lock, then finds the job decided and
  * changes nothing. Expiry takes due rows with SKIP LOCKED, so processes never wait on each
- * other and no job expires twice. Times are the database's clock.
+ * other and no job expires twice.
  */
 import type pg from 'pg';
-import type { ErrorInfo } from '../../core/errors.js';
-import { jobFromRow, jsonOrNull, type JobRow } from '../rows.js';
+import { planApprovalExpire, planDecide, type WriteSet } from '../plan/index.js';
+import { jobFromRow, toMs, type JobRow } from '../rows.js';
 import type { ApprovalDecide, ApprovalDecideResult, ApprovalStats, JobRecord } from '../store.js';
+import { TxWrites, type Queryable as TxQueryable } from './commit.js';
+import type { PgHandle } from './handle.js';
+import { flush, lockJob } from './moves.js';
 import { NOW, quoteIdent } from './statements.js';
 
 interface Queryable {
@@ -18,42 +21,23 @@ interface Queryable {
   ): Promise<pg.QueryResult<R>>;
 }
 
-/** Where the store's tables are, and the channel that wakes workers. */
+/** Where the store's tables are. */
 export interface ApprovalTarget {
   schema: string;
-  channel: string;
 }
 
-/**
- * The move of the rows of CTE `due` (columns id, expires_at) out of AWAITING_APPROVAL, with an
- * event each. $1 state, $2 event kind, $3 actor, $4 detail (JSON text, or null: `{ expiresAt }`),
- * $5 error (JSON text), $6 channel (woken when a job is QUEUED).
- */
-function moveSql(schema: string, due: string): string {
-  const s = quoteIdent(schema);
-  return `
-WITH now AS MATERIALIZED (SELECT ${NOW} AS t),
-due AS (${due}),
-moved AS (
-  UPDATE ${s}.jobs j SET state = $1::text, updated_at = now.t, approval_expires_at = NULL,
-    finished_at = CASE WHEN $1::text = 'CANCELLED' THEN now.t END,
-    error_json = coalesce($5::text, j.error_json)
-  FROM due, now
-  WHERE j.id = due.id AND j.state = 'AWAITING_APPROVAL'
-  RETURNING j.*, due.expires_at AS due_expires_at
-),
-logged AS (
-  INSERT INTO ${s}.events (job_id, attempt_no, request_fingerprint, kind, from_state, to_state, actor, detail_json, at)
-  SELECT m.id, NULL, m.request_fingerprint, $2::text, 'AWAITING_APPROVAL', $1::text, $3::text,
-    coalesce($4::text, json_build_object('expiresAt',
-      (extract(epoch FROM m.due_expires_at) * 1000)::bigint)::text), now.t
-  FROM moved m, now
-  ORDER BY m.id
-)
-SELECT row_to_json(m) AS job,
-  (SELECT count(pg_notify($6::text, q.queue))
-     FROM (SELECT DISTINCT queue FROM moved WHERE $1::text = 'QUEUED') q) AS woken
-FROM moved m`;
+/** Writes planned moves out of AWAITING_APPROVAL (which clear the expiry); the jobs as written. */
+async function write(
+  h: PgHandle,
+  c: TxQueryable,
+  moves: [JobRecord, WriteSet][],
+  now: number,
+): Promise<JobRecord[]> {
+  if (moves.length === 0) return [];
+  await c.query(h.sql.approvalClear, [moves.map(([job]) => job.id)]);
+  const w = new TxWrites();
+  for (const [job, plan] of moves) w.add(job, plan);
+  return flush(h, c, w, now);
 }
 
 export async function approvalList(
@@ -70,45 +54,32 @@ export async function approvalList(
   return r.rows.map(jobFromRow);
 }
 
-export async function approvalDecide(
-  c: Queryable,
-  t: ApprovalTarget,
-  p: ApprovalDecide,
-): Promise<ApprovalDecideResult> {
-  const r = await c.query<{ job: JobRow }>(
-    moveSql(t.schema, `SELECT $7::text AS id, NULL::timestamptz AS expires_at`),
-    [p.to, p.kind, p.actor, JSON.stringify(p.detail), jsonOrNull(p.error), t.channel, p.jobId],
-  );
-  const row = r.rows[0];
-  if (row) return { ok: true, job: jobFromRow(row.job) };
-  const current = await c.query<JobRow>(
-    `SELECT * FROM ${quoteIdent(t.schema)}.jobs WHERE id = $1`,
-    [p.jobId],
-  );
-  return { ok: false, job: current.rows[0] ? jobFromRow(current.rows[0]) : null };
+export function approvalDecide(h: PgHandle, p: ApprovalDecide): Promise<ApprovalDecideResult> {
+  return h.db.tx(async (c): Promise<ApprovalDecideResult> => {
+    const { job, now } = await lockJob(h, c, p.jobId);
+    if (!job) return { ok: false, job: null };
+    const plan = planDecide({ job, decide: p, now });
+    if ('why' in plan) return { ok: false, job };
+    const [after] = await write(h, c, [[job, plan.write]], now);
+    return plan.expired ? { ok: false, job: after!, expired: true } : { ok: true, job: after! };
+  });
 }
 
-export async function approvalExpireMany(
-  c: Queryable,
-  t: ApprovalTarget,
-  p: { limit: number; actor: string; error: ErrorInfo },
+export function approvalExpireMany(
+  h: PgHandle,
+  p: { limit: number; actor: string },
 ): Promise<JobRecord[]> {
-  const due = `
-  SELECT j.id, j.approval_expires_at AS expires_at FROM ${quoteIdent(t.schema)}.jobs j
-  WHERE j.state = 'AWAITING_APPROVAL' AND j.approval_expires_at <= (SELECT t FROM now)
-  ORDER BY j.approval_expires_at
-  LIMIT $7
-  FOR UPDATE SKIP LOCKED`;
-  const r = await c.query<{ job: JobRow }>(moveSql(t.schema, due), [
-    'CANCELLED',
-    'approval-expired',
-    p.actor,
-    null,
-    JSON.stringify(p.error),
-    t.channel,
-    p.limit,
-  ]);
-  return r.rows.map((row) => jobFromRow(row.job));
+  return h.db.tx(async (c) => {
+    const r = await c.query<JobRow & { now: Date }>(h.sql.approvalDueLock, [p.limit]);
+    const now = r.rows[0] ? toMs(r.rows[0].now) : 0;
+    const moves: [JobRecord, WriteSet][] = [];
+    for (const row of r.rows) {
+      const job = jobFromRow(row);
+      const plan = planApprovalExpire({ job, actor: p.actor, now });
+      if (plan) moves.push([job, plan]);
+    }
+    return write(h, c, moves, now);
+  });
 }
 
 export async function approvalStats(c: Queryable, t: ApprovalTarget): Promise<ApprovalStats> {

@@ -159,6 +159,21 @@ FROM (
     /** $1 job id. Locks the job; `now` is read after the lock is held. */
     jobLock: `SELECT l.*, ${NOW} AS now FROM (SELECT * FROM ${jobs} WHERE id = $1 FOR UPDATE) l`,
 
+    /** $1 job ids. Every move out of AWAITING_APPROVAL clears the expiry (plan/approval.ts). */
+    approvalClear: `UPDATE ${jobs} SET approval_expires_at = NULL WHERE id = ANY($1::text[])`,
+
+    /**
+     * $1 limit. Locks AWAITING_APPROVAL jobs whose approval expired, skipping jobs another
+     * process holds; `now` is read before the scan.
+     */
+    approvalDueLock: `
+WITH now AS MATERIALIZED (SELECT ${NOW} AS t)
+SELECT j.*, now.t AS now FROM ${jobs} j, now
+WHERE j.state = 'AWAITING_APPROVAL' AND j.approval_expires_at <= now.t
+ORDER BY j.approval_expires_at
+LIMIT $1
+FOR UPDATE OF j SKIP LOCKED`,
+
     /** $1 job id. What plan/proof.ts reads of the job's attempts (the job is locked). */
     attemptFacts: `SELECT attempt_no, state, resolution, resolution_source, error_json
 FROM ${attempts} WHERE job_id = $1 ORDER BY attempt_no`,

@@ -22,7 +22,6 @@
  */
 import pg from 'pg';
 import { InvalidInput, SchemaTooNew } from '../../core/errors.js';
-import type { ErrorInfo } from '../../core/errors.js';
 import { jsonOrNull, toMs } from '../rows.js';
 import {
   approvalDecide,
@@ -382,25 +381,19 @@ export class PostgresStore implements Store {
   // ---------------------------------------------------------------- approvals (approvals.ts)
 
   private target(): ApprovalTarget {
-    return { schema: this.schema, channel: this.channel };
+    return { schema: this.schema };
   }
 
   jobApprovalList(p: { operation?: string; limit: number }): Promise<JobRecord[]> {
     return this.db.run((c) => approvalList(c, this.target(), p), { reads: true });
   }
 
-  async jobApprovalDecide(p: ApprovalDecide): Promise<ApprovalDecideResult> {
-    const r = await this.db.run((c) => approvalDecide(c, this.target(), p));
-    if (r.ok && r.job.state === 'QUEUED') this.wakeLocal([r.job.queue]);
-    return r;
+  jobApprovalDecide(p: ApprovalDecide): Promise<ApprovalDecideResult> {
+    return approvalDecide(this.h, p);
   }
 
-  jobApprovalExpireMany(p: {
-    limit: number;
-    actor: string;
-    error: ErrorInfo;
-  }): Promise<JobRecord[]> {
-    return this.db.run((c) => approvalExpireMany(c, this.target(), p));
+  jobApprovalExpireMany(p: { limit: number; actor: string }): Promise<JobRecord[]> {
+    return approvalExpireMany(this.h, p);
   }
 
   jobApprovalStats(): Promise<ApprovalStats> {

@@ -16,7 +16,6 @@ import {
   StoreReadOnly,
   StoreUnavailable,
 } from '../../core/errors.js';
-import type { ErrorInfo } from '../../core/errors.js';
 import { jsonOrNull } from '../rows.js';
 import type {
   ApprovalDecide,
@@ -478,19 +477,12 @@ export class SqliteStore implements Store {
   }
 
   jobApprovalDecide(p: ApprovalDecide): Promise<ApprovalDecideResult> {
-    return this.writer.write(() => {
-      const r = approvalDecide(this.conn(), p, this.now());
-      if (r.ok && r.job.state === 'QUEUED') this.writer.newWork = true;
-      return r;
-    });
+    // An approval that makes the job due wakes the workers (writePlan: a requeue).
+    return this.writer.write(() => approvalDecide(this.h, p));
   }
 
-  jobApprovalExpireMany(p: {
-    limit: number;
-    actor: string;
-    error: ErrorInfo;
-  }): Promise<JobRecord[]> {
-    return this.writer.write(() => approvalExpireMany(this.conn(), p, this.now()));
+  jobApprovalExpireMany(p: { limit: number; actor: string }): Promise<JobRecord[]> {
+    return this.writer.write(() => approvalExpireMany(this.h, p));
   }
 
   jobApprovalStats(): Promise<ApprovalStats> {
