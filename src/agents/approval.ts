@@ -24,8 +24,11 @@ export interface DecisionWait {
 }
 
 /**
- * Writes (or finds: the same key and input attach) the tool call's job, so the request shows in
- * reckon's approval queue at once. `true` when the operation asks approval for this input,
+ * For an input that needs approval, writes (or finds: the same key and input attach) the tool
+ * call's job, so the request shows in reckon's approval queue at once; for one that needs none,
+ * writes nothing (the job is written by `execute`, and only if the framework runs it: a QUEUED
+ * job written here would run even if the step were aborted before `execute`). `true` when the
+ * operation asks approval for this input,
  * whether or not reckon has decided yet: the framework then asks for the decision, which
  * `reckonDecision` gives (at once when already made). Frameworks that check `needsApproval`
  * again before running an approved call (the AI SDK does) must keep getting `true`, or they
@@ -38,15 +41,14 @@ export async function needsReckonApproval(p: {
   runId: string;
   stepId: string;
 }): Promise<boolean> {
-  let needed: boolean;
   try {
-    needed = approvalOf(p.op, p.op.parseInput ? p.op.parseInput(p.input) : p.input) !== null;
-    await p.q.enqueue(p.op, p.input, { runId: p.runId, stepId: p.stepId });
+    const needed = approvalOf(p.op, p.op.parseInput ? p.op.parseInput(p.input) : p.input) !== null;
+    if (needed) await p.q.enqueue(p.op, p.input, { runId: p.runId, stepId: p.stepId });
+    return needed;
   } catch {
     // A bad input: `execute` enqueues again and hands the typed error to the model.
     return false;
   }
-  return needed;
 }
 
 /** reckon's decision on a tool call's job; `undefined` while it still awaits one after the wait. */
