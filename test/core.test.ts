@@ -5,10 +5,13 @@ import { canonicalJson, encodePayload, fingerprintOf, sha256Hex } from '../src/c
 import { defineOperation } from '../src/core/operation.js';
 import { backoffDelayMs } from '../src/core/retry.js';
 import {
+  ATTEMPT_STATES,
   assertAttemptTransition,
   assertJobTransition,
   canTransitionJob,
   JOB_STATES,
+  type AttemptState,
+  type JobState,
 } from '../src/core/states.js';
 
 const policy = {
@@ -29,6 +32,48 @@ describe('transition table', () => {
     expect(() => assertJobTransition('UNKNOWN', 'LEASED')).toThrow(/UNKNOWN -> LEASED/);
     expect(() => assertAttemptTransition('UNKNOWN', 'SUCCEEDED')).toThrow(IllegalTransition);
     expect(() => assertAttemptTransition('LEASED', 'UNKNOWN')).not.toThrow();
+  });
+
+  it('is exactly this table: every allowed and every forbidden job and attempt move', () => {
+    // Written out, not derived from the code: adding a move (AWAITING_APPROVAL -> LEASED,
+    // UNKNOWN -> CANCELLED, ...) or dropping one fails here, so such a change is a decision.
+    const JOB: Record<JobState, JobState[]> = {
+      AWAITING_APPROVAL: ['QUEUED', 'CANCELLED'],
+      QUEUED: ['LEASED', 'CANCELLED'],
+      LEASED: ['QUEUED', 'SUCCEEDED', 'FAILED', 'UNKNOWN', 'NEEDS_REVIEW', 'CANCELLED'],
+      UNKNOWN: ['QUEUED', 'SUCCEEDED', 'FAILED', 'NEEDS_REVIEW'],
+      NEEDS_REVIEW: ['QUEUED', 'SUCCEEDED', 'FAILED'],
+      SUCCEEDED: [],
+      FAILED: [],
+      CANCELLED: [],
+    };
+    const ATTEMPT: Record<AttemptState, AttemptState[]> = {
+      LEASED: ['SUCCEEDED', 'FAILED_BEFORE_SEND', 'FAILED', 'UNKNOWN'],
+      SUCCEEDED: [],
+      FAILED_BEFORE_SEND: [],
+      FAILED: [],
+      UNKNOWN: [],
+    };
+    expect(Object.keys(JOB).sort()).toEqual([...JOB_STATES].sort());
+    expect(Object.keys(ATTEMPT).sort()).toEqual([...ATTEMPT_STATES].sort());
+    let pairs = 0;
+    for (const from of JOB_STATES)
+      for (const to of JOB_STATES) {
+        const allowed = JOB[from].includes(to);
+        expect({ from, to, allowed: canTransitionJob(from, to) }).toEqual({ from, to, allowed });
+        if (allowed) expect(() => assertJobTransition(from, to)).not.toThrow();
+        else expect(() => assertJobTransition(from, to)).toThrow(IllegalTransition);
+        pairs++;
+      }
+    for (const from of ATTEMPT_STATES)
+      for (const to of ATTEMPT_STATES) {
+        const allowed = ATTEMPT[from].includes(to);
+        const check = () => assertAttemptTransition(from, to);
+        if (allowed) expect(check, `${from} -> ${to}`).not.toThrow();
+        else expect(check, `${from} -> ${to}`).toThrow(IllegalTransition);
+        pairs++;
+      }
+    expect(pairs).toBe(8 * 8 + 5 * 5);
   });
 
   it('never lets an UNKNOWN job be leased again without reconciliation', () => {
