@@ -110,13 +110,18 @@ async function resolveWithEvidence(
     event: { kind: 'reconciled', actor: host.ownerId, detail: { path: 'late-worker' } },
   });
   if (!applied) return 'changed';
+  // Planned FAILED, the store's plan may have sent it to review (plan/proof.ts): read which.
+  const state =
+    next.to === 'FAILED'
+      ? ((await store.jobGet({ id: job.id }).catch(() => null))?.job.state ?? 'NEEDS_REVIEW')
+      : next.to;
   host.log.info(
     {
       jobId: job.id,
       attemptNo,
       fingerprint: job.fingerprint,
       operation: job.operation,
-      state: next.to,
+      state,
     },
     'UNKNOWN attempt resolved by late evidence from its worker',
   );
@@ -126,5 +131,5 @@ async function resolveWithEvidence(
     resolution: outcome.state === 'SUCCEEDED' ? 'succeeded' : 'failed',
     latencyMs: Date.now() - (attempt.finishedAt ?? Date.now()),
   });
-  return next.to;
+  return state;
 }
