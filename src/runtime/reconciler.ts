@@ -67,8 +67,10 @@ export class Reconciler {
     const policy = policyOf(job);
     let decision: ReconcileDecision;
     let verdict: LookupVerdict | undefined;
-    let path: string = op.recovery;
-    if (op.recovery === 'lookup') {
+    // Test-only sabotage (core/unsafe.ts, NODE_ENV=test): every UNKNOWN resent with its key.
+    const recovery = DISABLED_SAFEGUARD === 'same-key-resend' ? 'same-key' : op.recovery;
+    let path: string = recovery;
+    if (recovery === 'lookup') {
       if (await this.deferredToHorizon(job, attempt)) return;
       verdict = await this.lookup(op, job.requestKey, job.input, {
         jobId: job.id,
@@ -80,7 +82,7 @@ export class Reconciler {
         backoffMs: op.reconcile.lookupBackoffMs,
         backoffMaxMs: op.reconcile.lookupBackoffMaxMs,
       });
-    } else if (op.recovery === 'same-key') {
+    } else if (recovery === 'same-key') {
       decision = decideSameKeyRetry(attempt.attemptNo, policy);
     } else {
       decision = { next: { to: 'NEEDS_REVIEW' } };
