@@ -65,7 +65,7 @@ interface Incarnation {
 
 export async function runSim(o: SimRunOptions): Promise<SimResult> {
   const world = new World(o.seed, o.trace === true);
-  const s = chooseScenario(world, o);
+  const s = chooseScenario(o.seed, o);
   const real = new SqliteStore({ path: ':memory:', clock: () => world.storeNow() });
   await real.init();
   const run = new SimRun(world, s, real);
@@ -73,6 +73,7 @@ export async function runSim(o: SimRunOptions): Promise<SimResult> {
     await run.go();
     const details = await run.details();
     const violations = judgeSim(details, run.downstream, run.records);
+    if (world.trace) for (const d of details) world.log('journal', journalLine(d, run.downstream));
     return {
       seed: o.seed,
       ok: violations.length === 0,
@@ -172,9 +173,11 @@ class SimRun {
     const { world, s } = this;
     const gen = (this.generation[slot] = (this.generation[slot] ?? 0) + 1);
     const tol = s.worker.clockSkewToleranceMs;
+    // The first incarnation has the scenario's skew; a restarted one, a fresh one.
+    const skewMs = gen === 1 ? s.processes[slot]!.skewMs : world.int(-tol / 2, tol / 2);
     const proc: SimProcess = {
       name: `p${slot}${gen > 1 ? `.${gen}` : ''}`,
-      skewMs: s.faults.has('skew') ? world.int(-tol / 2, tol / 2) : 0,
+      skewMs: s.faults.has('skew') ? skewMs : 0,
       crashed: false,
       frozenUntil: 0,
     };
@@ -480,4 +483,16 @@ class SimRun {
 async function settledNow(store: Store): Promise<boolean> {
   const stats = await store.statsGet();
   return stats.queues.every((q) => q.counts.QUEUED + q.counts.LEASED + q.counts.UNKNOWN === 0);
+}
+
+/** One job as the journal ends it, for the end of a trace. */
+function journalLine(d: JobDetail, ledger: SimDownstream): string {
+  const attempts = d.attempts
+    .map(
+      (a) =>
+        `#${a.attemptNo} ${a.state}${a.reason ? ` (${a.reason})` : ''}` +
+        `${a.resolutionSource ? ` resolved by ${a.resolutionSource}` : ''}`,
+    )
+    .join(', ');
+  return `${d.job.requestKey} ${d.job.operation} ${d.job.state}, effects ${ledger.effectsOf(d.job.requestKey)}; ${attempts || 'no attempts'}`;
 }

@@ -5,7 +5,7 @@
  */
 import type { WorkerSettings } from '../../runtime/settings.js';
 import { SIM_FLAVOURS, type SimFlavour, type SimOperationSettings } from './sim-downstream.js';
-import type { World } from './world.js';
+import { mulberry32 } from '../../runtime/faults.js';
 
 /** The fault kinds a seed may switch on; the shrinker switches them off one at a time. */
 export const SIM_FAULTS = [
@@ -53,6 +53,8 @@ export interface SimScenario {
   op: SimOperationSettings;
   jobs: SimJob[];
   faults: Set<SimFault>;
+  /** The faults the seed chose, before `limits.without` took any out. */
+  seedFaults: Set<SimFault>;
   chaosMs: number;
   storeLatencyMsMax: number;
   /** Longest freeze that keeps the lookup horizon's promise (see docs/chaos.md on pauses). */
@@ -60,12 +62,32 @@ export interface SimScenario {
   retentionMs: number | null;
 }
 
-function pick<T>(w: World, xs: readonly T[]): T {
+/** The scenario's own generator (a different stream from the world's, same seed). */
+class Draw {
+  private readonly random: () => number;
+  constructor(seed: number) {
+    this.random = mulberry32((seed ^ 0x5ce7a410) >>> 0);
+  }
+  int(lo: number, hi: number): number {
+    return lo + Math.floor(this.random() * (hi - lo + 1));
+  }
+  chance(p: number): boolean {
+    return this.random() < p;
+  }
+}
+
+function pick<T>(w: Draw, xs: readonly T[]): T {
   return xs[w.int(0, xs.length - 1)]!;
 }
 
-export function chooseScenario(w: World, limits: SimLimits = {}): SimScenario {
+/**
+ * The seed's scenario, drawn from a generator of its own (not the world's) and always in the
+ * same order, whatever `limits` leave out: a shrunk run keeps the seed's jobs and faults.
+ */
+export function chooseScenario(seed: number, limits: SimLimits = {}): SimScenario {
+  const w = new Draw(seed);
   const faults = new Set<SimFault>(SIM_FAULTS.filter(() => w.chance(0.55)));
+  const all = new Set(faults);
   for (const f of limits.without ?? []) faults.delete(f);
   const leaseMs = pick(w, [1_000, 1_500, 2_000]);
   const tol = pick(w, [200, 400]);
@@ -79,23 +101,32 @@ export function chooseScenario(w: World, limits: SimLimits = {}): SimScenario {
   const fleets: SimFlavour[][] = w.chance(0.35)
     ? splitFleets(w)
     : [SIM_FLAVOURS.filter((f) => f !== 'approved' || w.chance(0.7))];
-  const processes = Array.from({ length: w.int(1, 3) }, (_, i) => ({
-    fleet: i % fleets.length,
-    skewMs: faults.has('skew') ? w.int(-tol / 2, tol / 2) : 0,
-  }));
+  const processes = Array.from({ length: w.int(1, 3) }, (_, i) => {
+    const skewMs = w.int(-tol / 2, tol / 2);
+    return { fleet: i % fleets.length, skewMs: faults.has('skew') ? skewMs : 0 };
+  });
   if (processes.length < fleets.length) processes.push({ fleet: 1, skewMs: 0 });
   const flavours = [...new Set(fleets.flat())];
   const chaosMs = w.int(8_000, 25_000);
-  const jobCount = Math.min(w.int(2, 10), limits.jobsMax ?? Infinity);
-  const jobs: SimJob[] = Array.from({ length: jobCount }, (_, i) => ({
-    n: i,
-    key: `k${i}`,
-    flavour: pick(w, flavours),
-    atMs: w.int(0, Math.floor(chaosMs * 0.6)),
-    callMs: w.chance(0.3) ? w.int(500, 20_000) : null,
-    repeat: w.chance(0.2),
-    conflict: faults.has('conflicts') && w.chance(0.3) ? pick(w, flavours) : null,
-  }));
+  const jobs: SimJob[] = Array.from({ length: w.int(2, 10) }, (_, i) => {
+    const flavour = pick(w, flavours);
+    const atMs = w.int(0, Math.floor(chaosMs * 0.6));
+    const call = w.chance(0.3);
+    const callMs = w.int(500, 20_000);
+    const repeat = w.chance(0.2);
+    const conflict = w.chance(0.3);
+    const other = pick(w, flavours);
+    return {
+      n: i,
+      key: `k${i}`,
+      flavour,
+      atMs,
+      callMs: call ? callMs : null,
+      repeat,
+      conflict: faults.has('conflicts') && conflict ? other : null,
+    };
+  }).slice(0, limits.jobsMax ?? Infinity);
+  const retentionMs = w.int(4_000, 12_000);
   return {
     fleets,
     processes,
@@ -116,12 +147,13 @@ export function chooseScenario(w: World, limits: SimLimits = {}): SimScenario {
     // Sent after its marker and past its lookup horizon, a request is a limit reckon states, not
     // a promise it breaks: a freeze stays within timeout + grace, less skew and the legs.
     freezeMsMax: op.timeoutMs + op.graceMs - tol - 2 * storeLatencyMsMax - 40 - 100,
-    retentionMs: faults.has('retention') ? w.int(4_000, 12_000) : null,
+    retentionMs: faults.has('retention') ? retentionMs : null,
+    seedFaults: all,
   };
 }
 
 /** Two fleets with different operation tables; every flavour is served by one of them. */
-function splitFleets(w: World): SimFlavour[][] {
+function splitFleets(w: Draw): SimFlavour[][] {
   const a: SimFlavour[] = [];
   const b: SimFlavour[] = [];
   for (const f of SIM_FLAVOURS) {

@@ -117,12 +117,14 @@ export class SimDownstream implements EffectLedger {
       world.log('downstream', `${key} from ${proc.name}: 429`);
       return answer(() => reject(new Throttled()));
     }
-    if (world.chance(this.rates.refuse)) {
+    const list = this.effects.get(key) ?? [];
+    // A key it has seen is answered with its first answer: never refused afterwards.
+    const repeat = dedup && list.length > 0;
+    if (!repeat && world.chance(this.rates.refuse)) {
       world.log('downstream', `${key} from ${proc.name}: refused (422)`);
       return answer(() => reject(new DefiniteFailure('downstream refused: HTTP 422')));
     }
-    const list = this.effects.get(key) ?? [];
-    if (!(dedup && list.length > 0)) {
+    if (!repeat) {
       list.push(world.now);
       this.effects.set(key, list);
     }

@@ -59,7 +59,11 @@ export function processStore(p: {
           if (out.ok && world.chance(f.failAfter))
             out = { ok: false, err: injected(name, 'after') };
         }
-        world.log(proc, `${name} ${out.ok ? 'ok' : `failed: ${errName(out.err)}`}`);
+        if (world.trace)
+          world.log(
+            proc,
+            `${name}${keysOf(args, out)} ${out.ok ? 'ok' : `failed: ${errName(out.err)}`}`,
+          );
         world.schedule(lat(), proc, `reply.${name}`, () =>
           out.ok ? resolve(out.value) : reject(out.err),
         );
@@ -103,4 +107,23 @@ function withArchive(name: string, args: unknown[], sink: PrunedSink): unknown[]
       },
     },
   ];
+}
+
+/** The request keys (or job ids) a call was about, for the trace. */
+function keysOf(args: unknown[], out: { ok: boolean; value?: unknown }): string {
+  const p = (args[0] ?? {}) as Record<string, unknown>;
+  const ids = new Set<string>();
+  const add = (v: unknown) => {
+    if (typeof v === 'string') ids.add(v.length > 12 ? `…${v.slice(-6)}` : v);
+  };
+  for (const j of (p.jobs as { requestKey?: string }[] | undefined) ?? []) add(j.requestKey);
+  for (const l of (p.leases as { jobId?: string; attemptNo?: number }[] | undefined) ?? [])
+    add(`${l.jobId?.slice(-6)}#${l.attemptNo}`);
+  for (const f of (p.finishes as { lease: { jobId: string }; state: string }[] | undefined) ?? [])
+    add(`…${f.lease.jobId.slice(-6)} ${f.state}`);
+  if (typeof p.jobId === 'string') add(`${p.jobId} ${String(p.from)}->${String(p.to)}`);
+  if (out.ok && Array.isArray(out.value))
+    for (const r of out.value as { job?: { id?: string; requestKey?: string } }[])
+      if (r?.job?.id) add(`${r.job.requestKey}=…${r.job.id.slice(-6)}`);
+  return ids.size > 0 ? ` [${[...ids].join(' ')}]` : '';
 }
