@@ -113,6 +113,9 @@ class OutcomeListener {
   /**
    * Marks these jobs as waited for (outcome_waits), so that their changes notify: the ones that
    * exist and are not terminal. Not synchronous: a row lost in a crash costs only latency.
+   * FOR SHARE: a job being finished meanwhile is waited for and then seen terminal (no row
+   * written), and a finish after this insert waits for it, so the finish's trigger deletes the
+   * row. Without it, a row written while its job finished outlived the job's wait for good.
    */
   async watch(schema: string, ids: string[]): Promise<void> {
     const s = quote(schema);
@@ -121,6 +124,7 @@ class OutcomeListener {
         `INSERT INTO ${s}.outcome_waits (job_id)
        SELECT id FROM ${s}.jobs
        WHERE id = ANY($1::text[]) AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
+       ORDER BY id FOR SHARE
        ON CONFLICT DO NOTHING`,
         [ids],
       ),
