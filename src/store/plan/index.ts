@@ -15,3 +15,9 @@ export {
 export { planTransition } from './transition.js';
 export { planCancel, type CancelPlan } from './cancel.js';
 export { dedupEvent, planDedup, type KeyHolder, type KeyRequest } from './dedup.js';
+export {
+  RESTORE_PRESUMED_REASON,
+  restoreMarks,
+  restoredApprovalEvent,
+  type RestoreReconcile,
+} from './restore.js';
