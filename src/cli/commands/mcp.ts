@@ -3,6 +3,7 @@
  * server, over stdio (default) or Streamable HTTP (`--http <port>`). The MCP SDK is an optional
  * peer dependency, loaded only here, so `reckon` works without it.
  */
+import { existsSync } from 'node:fs';
 import { Option, type Command } from 'commander';
 import { createLogger, type LoggerOptions } from '../../observe/logger.js';
 import type { Worker } from '../../runtime/worker.js';
@@ -10,7 +11,7 @@ import type { ApprovalsMode, McpQueue } from '../../agents/mcp.js';
 import { UsageError } from '../exit.js';
 import { loadOperations, OPERATIONS_HELP } from '../operations-module.js';
 import { intOption } from '../parse.js';
-import { addStoreOption, openCliQueue, type StoreFlags } from '../store-option.js';
+import { addStoreOption, openCliQueue, sqlitePath, type StoreFlags } from '../store-option.js';
 
 interface McpFlags extends StoreFlags {
   operations: string;
@@ -33,8 +34,9 @@ export function registerMcp(program: Command): void {
         '_meta["reckon/key"], or by a key derived from the arguments within --scope (default: ' +
         'the MCP session), and waits up to --wait-ms for the outcome. A pending outcome answers ' +
         'with the job id and state; the reckon_job tool reads it later.\n\n' +
-        'Jobs run on workers (`reckon work`), or in this process with --work. Logs go to ' +
-        'stderr; stdout is the MCP stream.',
+        'Jobs run on workers (`reckon work`), or in this process with --work. A SQLite store ' +
+        'that does not exist yet is created (no `reckon init` needed in an agent host). Logs go ' +
+        'to stderr; stdout is the MCP stream.',
     )
     .requiredOption('--operations <module>', OPERATIONS_HELP)
     .option(
@@ -77,7 +79,12 @@ async function runMcp(flags: McpFlags): Promise<void> {
   const mcp = await loadMcp();
   const operations = await loadOperations(flags.operations);
   const logger = createLogger({ level: flags.logLevel });
-  const q = await openCliQueue(flags.store, { mustExist: true, operations, logger });
+  // An agent host starts this from its configuration, where nobody runs `reckon init`: a SQLite
+  // store that does not exist yet is created, as openQueue does (and said on stderr).
+  const path = sqlitePath(flags.store);
+  const creating = path !== null && !existsSync(path);
+  const q = await openCliQueue(flags.store, { mustExist: false, operations, logger });
+  if (creating) process.stderr.write(`reckon: created a new store at ${flags.store}\n`);
   let worker: Worker | undefined;
   try {
     if (flags.work) {
