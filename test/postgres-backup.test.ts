@@ -14,7 +14,7 @@ import { openQueue } from '../src/index.js';
 import { startDownstream } from '../src/testkit/downstream.js';
 import { downstreamOperation } from '../src/testkit/operations.js';
 import { waitUntilSettled } from '../src/testkit/verdict.js';
-import { pgUnavailableReason, tempPgStore } from './helpers/stores.js';
+import { PG_REQUIRED, pgUnavailableReason, tempPgStore } from './helpers/stores.js';
 import { reckon } from './helpers/cli.js';
 
 const run = promisify(execFile);
@@ -25,6 +25,15 @@ const hasPgDump = spawnSync('pg_dump', ['--version']).status === 0;
 const cleanup: (() => Promise<unknown> | void)[] = [];
 afterEach(async () => {
   for (const f of cleanup.splice(0).reverse()) await f();
+});
+
+// Where PostgreSQL is required (CI), a missing pg_dump fails here instead of skipping the suite.
+describe.runIf(PG_REQUIRED)('PostgreSQL backup tools', () => {
+  it('pg_dump, pg_restore and psql are installed (the PostgreSQL client package)', () => {
+    expect(hasPgDump, 'pg_dump not found: install postgresql-client').toBe(true);
+    expect(spawnSync('pg_restore', ['--version']).status, 'pg_restore not found').toBe(0);
+    expect(spawnSync('psql', ['--version']).status, 'psql not found').toBe(0);
+  });
 });
 
 describe.skipIf(pgReason !== null || !hasPgDump)(
