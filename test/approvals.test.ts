@@ -5,7 +5,6 @@
  */
 import Database from 'better-sqlite3';
 import pg from 'pg';
-import { v7 as uuidv7 } from 'uuid';
 import { describe, expect, it, type TestContext } from 'vitest';
 import {
   InvalidInput,
@@ -44,6 +43,7 @@ import {
   tempSqliteStore,
 } from './helpers/stores.js';
 import { Rig, expectKeptPromises, until } from './reliability/harness.js';
+import { newJobInsert } from './helpers/jobs.js';
 
 /** The rig's downstream operation of `flavour`, needing approval. */
 function approvalOp(
@@ -497,24 +497,7 @@ describe('the testkit verdict', () => {
 });
 
 function newJob(key: string, approval?: JobInsert['approval']): JobInsert {
-  return {
-    id: uuidv7(),
-    queue: 'default',
-    operation: 'op.a',
-    inputJson: JSON.stringify({ key }),
-    requestKey: key,
-    fingerprint: `fp-${key}`,
-    runId: null,
-    stepId: null,
-    priority: 0,
-    delayMs: 0,
-    runAt: null,
-    maxAttempts: 3,
-    backoff: { initialMs: 10, factor: 2, maxMs: 100 },
-    timeoutMs: 1_000,
-    reconcileGraceMs: 5_000,
-    ...(approval ? { approval } : {}),
-  };
+  return newJobInsert(key, approval ? { approval } : {});
 }
 
 describe.each(STORE_KINDS)('store conformance of approvals: %s', (kind) => {

@@ -2,33 +2,18 @@
  * The operator's commands at their edges: `init --dry-run` (both stores), a schema newer than
  * this reckon refused clearly, and `backup` / `restore` refusing what they must never do.
  */
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
 import { openQueue, defineOperation } from '../src/index.js';
 import { LATEST_SCHEMA_VERSION as SQLITE_LATEST } from '../src/store/sqlite/schema.js';
 import { LATEST_SCHEMA_VERSION as PG_LATEST } from '../src/store/postgres/schema.js';
 import { pgUnavailableReason, tempPgStore } from './helpers/stores.js';
+import { reckon } from './helpers/cli.js';
 
-const ROOT = resolve(import.meta.dirname, '..');
-const MAIN = join(ROOT, 'src', 'cli', 'main.ts');
 const pgReason = await pgUnavailableReason();
-
-function reckon(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((done) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], {
-      env: { ...process.env, RECKON_STORE: undefined },
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-    child.on('exit', (code) => done({ code, stdout, stderr }));
-  });
-}
 
 const dirs: string[] = [];
 afterEach(() => {

@@ -4,10 +4,10 @@
  * and retention works on the restored schema (its trigger function came along). `reckon backup`
  * on a PostgreSQL store prints those commands and exits 1.
  */
-import { execFile, spawn, spawnSync } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterEach, describe, expect, it } from 'vitest';
 import { openQueue } from '../src/index.js';
@@ -15,37 +15,24 @@ import { startDownstream } from '../src/testkit/downstream.js';
 import { downstreamOperation } from '../src/testkit/operations.js';
 import { waitUntilSettled } from '../src/testkit/verdict.js';
 import { PG_REQUIRED, pgUnavailableReason, tempPgStore } from './helpers/stores.js';
+import { reckon } from './helpers/cli.js';
 
 const run = promisify(execFile);
 const pgReason = await pgUnavailableReason();
 /** pg_dump and pg_restore come with the PostgreSQL client package. */
 const hasPgDump = spawnSync('pg_dump', ['--version']).status === 0;
-const ROOT = resolve(import.meta.dirname, '..');
-const MAIN = join(ROOT, 'src', 'cli', 'main.ts');
 
 const cleanup: (() => Promise<unknown> | void)[] = [];
 afterEach(async () => {
   for (const f of cleanup.splice(0).reverse()) await f();
 });
 
-function reckon(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((done) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], {
-      env: { ...process.env, RECKON_STORE: undefined },
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-    child.on('exit', (code) => done({ code, stdout, stderr }));
-  });
-}
-
 // Where PostgreSQL is required (CI), a missing pg_dump fails here instead of skipping the suite.
 describe.runIf(PG_REQUIRED)('PostgreSQL backup tools', () => {
-  it('pg_dump and pg_restore are installed (the PostgreSQL client package)', () => {
+  it('pg_dump, pg_restore and psql are installed (the PostgreSQL client package)', () => {
     expect(hasPgDump, 'pg_dump not found: install postgresql-client').toBe(true);
     expect(spawnSync('pg_restore', ['--version']).status, 'pg_restore not found').toBe(0);
+    expect(spawnSync('psql', ['--version']).status, 'psql not found').toBe(0);
   });
 });
 

@@ -3,12 +3,10 @@
  * archive; every other job and its evidence stays exactly as it was; the worker's loop prunes by
  * its policy; `reckon prune` counts, archives, deletes and (SQLite) shrinks the file.
  */
-import { spawn } from 'node:child_process';
 import { readFileSync, statSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import pg from 'pg';
-import { v7 as uuidv7 } from 'uuid';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { defineOperation, DefiniteFailure, openQueue } from '../src/index.js';
 import { parseAge, parseRetentionSpec, retentionSettings } from '../src/runtime/retention.js';
@@ -22,27 +20,13 @@ import {
   type StoreKind,
   type TestStore,
 } from './helpers/stores.js';
+import { newJobInsert } from './helpers/jobs.js';
+import { reckon } from './helpers/cli.js';
 
 const pgReason = await pgUnavailableReason();
 
 function newJob(key: string, queue = 'default'): JobInsert {
-  return {
-    id: uuidv7(),
-    queue,
-    operation: 'op.a',
-    inputJson: JSON.stringify({ key, pad: 'x'.repeat(200) }),
-    requestKey: key,
-    fingerprint: `fp-${key}`,
-    runId: null,
-    stepId: null,
-    priority: 0,
-    delayMs: 0,
-    runAt: null,
-    maxAttempts: 3,
-    backoff: { initialMs: 10, factor: 2, maxMs: 100 },
-    timeoutMs: 1_000,
-    reconcileGraceMs: 5_000,
-  };
+  return newJobInsert(key, { queue, inputJson: JSON.stringify({ key, pad: 'x'.repeat(200) }) });
 }
 
 const leaseOf = (c: ClaimedAttempt): LeaseRef => ({
@@ -326,22 +310,6 @@ describe('retention settings', () => {
     expect(() => parseRetentionSpec('SUCCEEDED=soon')).toThrow(/duration/);
   });
 });
-
-const ROOT = resolve(import.meta.dirname, '..');
-const MAIN = join(ROOT, 'src', 'cli', 'main.ts');
-
-function reckon(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((done) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], {
-      env: { ...process.env, RECKON_STORE: undefined },
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-    child.on('exit', (code) => done({ code, stdout, stderr }));
-  });
-}
 
 describe('reckon prune (SQLite)', () => {
   it('counts with --dry-run, archives then deletes, and shrinks the file with --vacuum', async () => {

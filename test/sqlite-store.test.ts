@@ -9,7 +9,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import Database from 'better-sqlite3';
-import { v7 as uuidv7 } from 'uuid';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   RequestKeyConflict,
@@ -19,7 +18,7 @@ import {
   openQueue,
 } from '../src/index.js';
 import { SqliteStore } from '../src/store/sqlite/store.js';
-import type { JobInsert } from '../src/store/store.js';
+import { newJobInsert } from './helpers/jobs.js';
 
 const cleanups: (() => void | Promise<void>)[] = [];
 afterEach(async () => {
@@ -32,26 +31,7 @@ function tempDir(): string {
   return dir;
 }
 
-function job(key: string, o: Partial<JobInsert> = {}): JobInsert {
-  return {
-    id: uuidv7(),
-    queue: 'default',
-    operation: 'op.a',
-    inputJson: JSON.stringify({ key }),
-    requestKey: key,
-    fingerprint: `fp-${key}`,
-    runId: null,
-    stepId: null,
-    priority: 0,
-    delayMs: 0,
-    runAt: null,
-    maxAttempts: 3,
-    backoff: { initialMs: 10, factor: 2, maxMs: 100 },
-    timeoutMs: 1_000,
-    reconcileGraceMs: 5_000,
-    ...o,
-  };
-}
+const job = newJobInsert;
 
 async function until(what: string, fn: () => boolean, ms = 5_000): Promise<void> {
   const deadline = Date.now() + ms;

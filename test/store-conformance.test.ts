@@ -8,7 +8,6 @@
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { v7 as uuidv7 } from 'uuid';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import {
   IllegalTransition,
@@ -34,32 +33,14 @@ import {
   type StoreKind,
   type TestStore,
 } from './helpers/stores.js';
+import { newJobInsert } from './helpers/jobs.js';
 
 const pgReason = await pgUnavailableReason();
 
 /** Short enough to wait out, long enough that a loaded CI box does not expire it by accident. */
 const LEASE_MS = 300;
 
-function newJob(key: string, o: Partial<JobInsert> = {}): JobInsert {
-  return {
-    id: uuidv7(),
-    queue: 'default',
-    operation: 'op.a',
-    inputJson: JSON.stringify({ key }),
-    requestKey: key,
-    fingerprint: `fp-${key}`,
-    runId: null,
-    stepId: null,
-    priority: 0,
-    delayMs: 0,
-    runAt: null,
-    maxAttempts: 3,
-    backoff: { initialMs: 10, factor: 2, maxMs: 100 },
-    timeoutMs: 1_000,
-    reconcileGraceMs: 5_000,
-    ...o,
-  };
-}
+const newJob = newJobInsert;
 
 function leaseOf(c: ClaimedAttempt, token = c.attempt.leaseToken): LeaseRef {
   return { jobId: c.job.id, attemptNo: c.attempt.attemptNo, leaseToken: token };

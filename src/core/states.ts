@@ -32,8 +32,9 @@ export type Resolution = (typeof RESOLUTIONS)[number];
 export const TERMINAL_JOB_STATES: readonly JobState[] = ['SUCCEEDED', 'FAILED', 'CANCELLED'];
 
 const JOB_TRANSITIONS: Readonly<Record<JobState, readonly JobState[]>> = {
-  // a person's decision before any attempt: approved, or denied / timed out
-  AWAITING_APPROVAL: ['QUEUED', 'CANCELLED'],
+  // a person's decision before any attempt: approved, or denied / timed out; a restore from a
+  // backup sends it to review (it may have been decided on the old host after the backup)
+  AWAITING_APPROVAL: ['QUEUED', 'CANCELLED', 'NEEDS_REVIEW'],
   // claimed by a worker, or cancelled before any attempt
   QUEUED: ['LEASED', 'CANCELLED'],
   // the attempt's outcome (or its expiry) decides; cancel only before dispatch

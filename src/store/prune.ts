@@ -2,7 +2,7 @@
  * What both stores' retention (sqlite/retention.ts, postgres/retention.ts) judges alike: which
  * states may be pruned, and the empty tally a prune starts from.
  */
-import type { JobPruneParams, PrunableState } from './store.js';
+import type { JobDetail, JobPruneParams, PrunableState } from './store.js';
 
 const PRUNABLE: readonly PrunableState[] = ['SUCCEEDED', 'FAILED', 'CANCELLED'];
 
@@ -18,4 +18,19 @@ export function statesOf(p: JobPruneParams): PrunableState[] {
     if (!PRUNABLE.includes(s))
       throw new Error(`jobPruneMany: ${String(s)} is not a terminal state`);
   return states;
+}
+
+/**
+ * The jobs of an archived batch whose history is still exactly what was archived: the archive
+ * was read before the delete's transaction, and a terminal job can still gain events meanwhile
+ * (a `q.call` replay's dedup, late evidence from a worker). `eventsNow` is each job's event
+ * count read under the delete's lock (events are append-only, so an unchanged count is an
+ * unchanged history). A job whose history grew is left for a later batch, which archives it
+ * again, whole: what is deleted is always what was archived.
+ */
+export function archivedAsIs(archived: JobDetail[], eventsNow: Map<string, number>): Set<string> {
+  const same = new Set<string>();
+  for (const h of archived)
+    if ((eventsNow.get(h.job.id) ?? 0) === h.events.length) same.add(h.job.id);
+  return same;
 }

@@ -6,10 +6,9 @@
  * the jobs the old host sent after the backup are reconciled (lookup) or in review, never
  * blindly sent again.
  */
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { openQueue, type Queue } from '../../src/index.js';
 import { startDownstream, type Downstream } from '../../src/testkit/downstream.js';
@@ -17,22 +16,7 @@ import { startWorkerChild, type WorkerChild } from '../../src/testkit/fleet.js';
 import { downstreamOperation, type Flavour } from '../../src/testkit/operations.js';
 import { judge, waitUntilSettled } from '../../src/testkit/verdict.js';
 import { expectKeptPromises, FAST, until } from './harness.js';
-
-const ROOT = resolve(import.meta.dirname, '..', '..');
-const MAIN = join(ROOT, 'src', 'cli', 'main.ts');
-
-function reckon(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((done) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], {
-      env: { ...process.env, RECKON_STORE: undefined },
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-    child.on('exit', (code) => done({ code, stdout, stderr }));
-  });
-}
+import { reckon } from '../helpers/cli.js';
 
 const cleanup: (() => Promise<unknown> | void)[] = [];
 afterEach(async () => {

@@ -3,6 +3,7 @@
  * server, over stdio (default) or Streamable HTTP (`--http <port>`). The MCP SDK is an optional
  * peer dependency, loaded only here, so `reckon` works without it.
  */
+import { existsSync } from 'node:fs';
 import { Option, type Command } from 'commander';
 import { createLogger, type LoggerOptions } from '../../observe/logger.js';
 import type { Worker } from '../../runtime/worker.js';
@@ -12,7 +13,7 @@ import { parseAllowedHosts } from '../../server/host-check.js';
 import { UsageError } from '../exit.js';
 import { loadOperations, OPERATIONS_HELP } from '../operations-module.js';
 import { intOption } from '../parse.js';
-import { addStoreOption, openCliQueue, type StoreFlags } from '../store-option.js';
+import { addStoreOption, openCliQueue, sqlitePath, type StoreFlags } from '../store-option.js';
 
 interface McpFlags extends StoreFlags {
   operations: string;
@@ -40,7 +41,8 @@ export function registerMcp(program: Command): void {
         'with the job id and state; the reckon_job tool reads it later.\n\n' +
         'Only a durable --scope (or a client key) survives a reconnect or a restart, so only ' +
         'with --scope do the tools declare idempotentHint. Jobs run on workers (`reckon work`), ' +
-        'or in this process with --work. Logs go to stderr; stdout is the MCP stream.\n\n' +
+        'or in this process with --work. A SQLite store that does not exist yet is created (no ' +
+        '`reckon init` needed in an agent host). Logs go to stderr; stdout is the MCP stream.\n\n' +
         '--http checks the Host and Origin of every request, closes idle sessions and bounds ' +
         'their number; RECKON_MCP_TOKEN (environment) makes every request carry ' +
         '`Authorization: Bearer <token>`.',
@@ -113,7 +115,12 @@ async function runMcp(flags: McpFlags): Promise<void> {
   const mcp = await loadMcp();
   const operations = await loadOperations(flags.operations);
   const logger = createLogger({ level: flags.logLevel });
-  const q = await openCliQueue(flags.store, { mustExist: true, operations, logger });
+  // An agent host starts this from its configuration, where nobody runs `reckon init`: a SQLite
+  // store that does not exist yet is created, as openQueue does (and said on stderr).
+  const path = sqlitePath(flags.store);
+  const creating = path !== null && !existsSync(path);
+  const q = await openCliQueue(flags.store, { mustExist: false, operations, logger });
+  if (creating) process.stderr.write(`reckon: created a new store at ${flags.store}\n`);
   let worker: Worker | undefined;
   try {
     if (flags.work) {

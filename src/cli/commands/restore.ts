@@ -27,10 +27,13 @@ export function registerRestore(program: Command): void {
         'store. The backup holds nothing written after it was taken, so by default every job ' +
         'that may have been sent since (LEASED without a dispatch marker, or QUEUED and due) is ' +
         "marked UNKNOWN before any worker sees it: the operation's lookup, a same-key retry or " +
-        'a person decides what happened, and nothing is blindly sent again. PostgreSQL: give a ' +
+        'a person decides what happened, and nothing is blindly sent again. A job awaiting ' +
+        'approval may have been decided on the old host: it goes to review (reckon review list). ' +
+        'PostgreSQL: give a ' +
         '`pg_dump --format=custom --schema=<schema>` file and a --store URL whose database does ' +
-        'not have that schema yet; pg_restore (on PATH) restores it in one transaction, then ' +
-        'the same marking runs. See docs/operations.md.',
+        'not have that schema yet; pg_restore and psql (on PATH) restore it and mark the jobs ' +
+        'in one transaction (the password goes to psql in PGPASSWORD, never on its command ' +
+        'line). See docs/operations.md.',
     )
     .argument(
       '<backup>',
@@ -55,8 +58,10 @@ export function registerRestore(program: Command): void {
       'after',
       '\n--reconcile:\n' +
         '  unfinished  LEASED jobs without a marker and due QUEUED jobs (default: the backup was\n' +
-        '              taken while workers ran, and the old host ran on after it)\n' +
-        '  leased      only LEASED jobs without a marker (no worker claimed after the backup)\n' +
+        '              taken while workers ran, and the old host ran on after it); jobs\n' +
+        '              AWAITING_APPROVAL go to review\n' +
+        '  leased      only LEASED jobs without a marker (no worker claimed after the backup);\n' +
+        '              jobs AWAITING_APPROVAL go to review\n' +
         '  none        nothing: the backup was taken with every worker stopped\n' +
         '\nExample:\n  $ reckon restore ./reckon-2026-12-06.db --store sqlite:/srv/new/reckon.db',
     );
@@ -93,6 +98,7 @@ async function runRestore(backup: string, flags: RestoreFlags): Promise<void> {
       ['backup last event', formatTime(r.check.lastEventAt)],
       ['marked UNKNOWN (LEASED, no marker)', r.reconciled.leased],
       ['marked UNKNOWN (QUEUED, due)', r.reconciled.queued],
+      ['to review (AWAITING_APPROVAL: decided on the old host?)', r.reconciled.approvals],
       ['LEASED with a marker (UNKNOWN at lease expiry)', r.leasedWithMarker],
     ]),
   );
@@ -130,6 +136,7 @@ async function restorePostgres(dump: string, url: string, flags: RestoreFlags): 
       ['schema version', r.schemaVersion],
       ['marked UNKNOWN (LEASED, no marker)', r.reconciled.leased],
       ['marked UNKNOWN (QUEUED, due)', r.reconciled.queued],
+      ['to review (AWAITING_APPROVAL: decided on the old host?)', r.reconciled.approvals],
       ['LEASED with a marker (UNKNOWN at lease expiry)', r.leasedWithMarker],
     ]),
   );

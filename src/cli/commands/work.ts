@@ -12,6 +12,7 @@ import { createLogger, type LoggerOptions } from '../../observe/logger.js';
 import { Metrics } from '../../observe/metrics.js';
 import { parseRetentionSpec, type RetentionOptions } from '../../runtime/retention.js';
 import type { Worker } from '../../runtime/worker.js';
+import { parseAllowedHosts } from '../../server/host-check.js';
 import { startMetricsServer, type HttpEndpoint } from '../../server/metrics-server.js';
 import { loadOperations, OPERATIONS_HELP } from '../operations-module.js';
 import { formatDuration, printJson, println } from '../output.js';
@@ -28,6 +29,7 @@ interface WorkFlags extends StoreFlags {
   shutdownTimeoutMs: number;
   metricsPort?: number;
   metricsHost: string;
+  allowedHosts?: string;
   retention?: RetentionOptions;
   json?: boolean;
 }
@@ -94,6 +96,12 @@ export function registerWork(program: Command): void {
     )
     .option('--metrics-host <host>', 'address for --metrics-port', '127.0.0.1')
     .option(
+      '--allowed-hosts <names>',
+      'more Host header names --metrics-port answers, besides its address, localhost and IP ' +
+        'addresses (DNS rebinding); * for any (env RECKON_SERVE_ALLOWED_HOSTS)',
+      process.env.RECKON_SERVE_ALLOWED_HOSTS,
+    )
+    .option(
       '--retention <spec>',
       'delete terminal histories after: off, or e.g. SUCCEEDED=7d,CANCELLED=7d,FAILED=30d (the default)',
       retentionOption,
@@ -130,6 +138,8 @@ async function runWork(flags: WorkFlags): Promise<void> {
         metrics,
         port: flags.metricsPort!,
         host: flags.metricsHost,
+        // The same check as `reckon serve`: a web page cannot read the metrics by DNS rebinding.
+        allowedHosts: parseAllowedHosts(flags.allowedHosts),
       });
     } catch (err) {
       await q.close();

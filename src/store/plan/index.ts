@@ -31,3 +31,9 @@ export {
   planDecide,
   type DecidePlan,
 } from './approval.js';
+export {
+  RESTORE_PRESUMED_REASON,
+  restoreMarks,
+  restoredApprovalEvent,
+  type RestoreReconcile,
+} from './restore.js';

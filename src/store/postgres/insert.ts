@@ -193,6 +193,7 @@ export class JobInserter {
     c: Queryable,
     jobs: JobInsert[],
     actor: string,
+    round = 1,
   ): Promise<JobInsertResult[]> {
     const firsts = new Map<string, JobInsert>();
     for (const j of jobs) if (!firsts.has(j.requestKey)) firsts.set(j.requestKey, j);
@@ -223,10 +224,15 @@ export class JobInserter {
       ]);
       const found = new Map(existing.rows.map((row) => [row.request_key, row]));
       const dedup: EventWrite[] = [];
+      const gone: number[] = [];
       for (const i of later) {
         const j = jobs[i]!;
         const row = found.get(j.requestKey);
-        assert(row, `request key ${j.requestKey} was neither inserted nor found`);
+        if (!row) {
+          // The key's job was pruned between the insert and this read: the key is free again.
+          gone.push(i);
+          continue;
+        }
         // A conflict throws, rolling the whole batch back: nothing is written (invariant 9).
         planDedup(
           { id: row.id, operation: row.operation, fingerprint: row.request_fingerprint },
@@ -236,8 +242,23 @@ export class JobInserter {
         results[i] = { job, created: false };
         dedup.push(eventRow(job, dedupEvent(j.requestKey, actor)));
       }
-      const eventsAt = await this.h.clockOn(c);
-      await c.query(this.h.sql.eventInsert, [JSON.stringify(dedup), eventsAt]);
+      if (dedup.length > 0) {
+        const eventsAt = await this.h.clockOn(c);
+        await c.query(this.h.sql.eventInsert, [JSON.stringify(dedup), eventsAt]);
+      }
+      if (gone.length > 0) {
+        assert(
+          round < PRUNED_KEY_ROUNDS_MAX,
+          `request key ${jobs[gone[0]!]!.requestKey} was neither inserted nor found ${round} times`,
+        );
+        const again = await this.insertJobs(
+          c,
+          gone.map((i) => jobs[i]!),
+          actor,
+          round + 1,
+        );
+        gone.forEach((i, k) => (results[i] = again[k]));
+      }
     }
     return results as JobInsertResult[];
   }
@@ -321,6 +342,13 @@ function isRequestKeyTaken(err: unknown): boolean {
   const e = err as { code?: unknown; constraint?: unknown };
   return e.code === '23505' && e.constraint === REQUEST_KEY_CONSTRAINT;
 }
+
+/**
+ * How often an enqueue inserts again when its key's job was pruned between its insert and its
+ * read of that job. Each round is a new prune of a new holder of the key, which takes a job that
+ * finished and aged out within the enqueue: past a few rounds it is a broken store.
+ */
+const PRUNED_KEY_ROUNDS_MAX = 5;
 
 /** The UNIQUE constraint of jobs.request_key (schema.ts), as PostgreSQL names it. */
 const REQUEST_KEY_CONSTRAINT = 'jobs_request_key_key';

@@ -6,12 +6,8 @@
  * Notifications sent by the store's own connections are skipped: the store wakes its
  * subscribers for those itself (`wake`), once its statement has committed.
  */
-import pg from 'pg';
-import { quoteIdent } from './statements.js';
-
-/** First reconnect delay; doubled up to the max. Short, because a restart usually takes seconds. */
-export const LISTEN_RECONNECT_INITIAL_MS = 100;
-export const LISTEN_RECONNECT_MAX_MS = 5_000;
+import type pg from 'pg';
+import { ListenConnection } from './listen.js';
 
 interface Subscriber {
   queues: ReadonlySet<string>;
@@ -20,14 +16,7 @@ interface Subscriber {
 
 export class WorkListener {
   private readonly subscribers = new Set<Subscriber>();
-  private client: pg.Client | null = null;
-  private connecting: Promise<void> | null = null;
-  private retryTimer: NodeJS.Timeout | undefined;
-  private retryMs = LISTEN_RECONNECT_INITIAL_MS;
-  private stopped = true;
-  /** For tests and health: how many times the connection was (re)established. */
-  connects = 0;
-  lastError: Error | undefined;
+  private readonly listen: ListenConnection;
 
   /**
    * `isOwn`: does a backend process id belong to the store's own connections? Their
@@ -35,10 +24,25 @@ export class WorkListener {
    * has committed (`wake`), so that work enqueued here wakes a worker here once, not twice.
    */
   constructor(
-    private readonly config: pg.ClientConfig,
-    private readonly channel: string,
+    config: pg.ClientConfig,
+    channel: string,
     private readonly isOwn: (backendPid: number) => boolean = () => false,
-  ) {}
+  ) {
+    this.listen = new ListenConnection({
+      config,
+      channel,
+      onNotification: (msg) => {
+        if (!this.isOwn(msg.processId)) this.deliver(msg.payload);
+      },
+      // Work may have arrived while the connection was down.
+      onReconnect: () => this.wakeAll(),
+    });
+  }
+
+  /** For tests and health: how many times the connection was (re)established. */
+  get connects(): number {
+    return this.listen.connects;
+  }
 
   /** Wakes the subscribers of these queues: work this process committed. */
   wake(queues: Iterable<string>): void {
@@ -57,12 +61,8 @@ export class WorkListener {
   async subscribe(queues: string[], onWork: () => void): Promise<{ close(): Promise<void> }> {
     const sub: Subscriber = { queues: new Set(queues), onWork };
     this.subscribers.add(sub);
-    if (this.stopped) {
-      this.stopped = false;
-      this.connecting = this.connect();
-    }
     // Resolves once the first try is over; a failed try keeps retrying in the background.
-    await this.connecting;
+    await this.listen.start();
     return {
       close: async () => {
         this.subscribers.delete(sub);
@@ -71,60 +71,8 @@ export class WorkListener {
     };
   }
 
-  async stop(): Promise<void> {
-    this.stopped = true;
-    clearTimeout(this.retryTimer);
-    await this.connecting;
-    const client = this.client;
-    this.client = null;
-    await client?.end().catch(() => undefined);
-  }
-
-  private async connect(): Promise<void> {
-    const client = new pg.Client(this.config);
-    let lost = false;
-    const onLost = (err?: Error) => {
-      if (lost) return;
-      lost = true;
-      if (err) this.lastError = err;
-      if (this.client === client) this.client = null;
-      client.end().catch(() => undefined);
-      this.scheduleRetry();
-    };
-    // An 'error' without a listener would crash the process; here it only means "reconnect".
-    client.on('error', onLost);
-    client.on('end', () => onLost());
-    client.on('notification', (msg) => {
-      if (!this.isOwn(msg.processId)) this.deliver(msg.payload);
-    });
-    try {
-      await client.connect();
-      await client.query(`LISTEN ${quoteIdent(this.channel)}`);
-    } catch (err) {
-      onLost(err instanceof Error ? err : new Error(String(err)));
-      return;
-    } finally {
-      this.connecting = null;
-    }
-    if (this.stopped || lost) {
-      await client.end().catch(() => undefined);
-      return;
-    }
-    this.client = client;
-    this.connects++;
-    this.retryMs = LISTEN_RECONNECT_INITIAL_MS;
-    if (this.connects > 1) this.wakeAll();
-  }
-
-  private scheduleRetry(): void {
-    if (this.stopped) return;
-    clearTimeout(this.retryTimer);
-    const ms = this.retryMs;
-    this.retryMs = Math.min(this.retryMs * 2, LISTEN_RECONNECT_MAX_MS);
-    this.retryTimer = setTimeout(() => {
-      if (!this.stopped) this.connecting = this.connect();
-    }, ms);
-    this.retryTimer.unref();
+  stop(): Promise<void> {
+    return this.listen.stop();
   }
 
   private deliver(queue: string | undefined): void {

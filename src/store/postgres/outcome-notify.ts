@@ -14,9 +14,8 @@ import type { ErrorInfo } from '../../core/errors.js';
 import type { Json } from '../../core/json.js';
 import type { JobState } from '../../core/states.js';
 import type { JobChangeSubscription, JobStateRow } from '../store.js';
+import { ListenConnection } from './listen.js';
 
-const RECONNECT_INITIAL_MS = 100;
-const RECONNECT_MAX_MS = 5_000;
 /** The listener's `application_name`, so that operators can tell it from the pool's. */
 export const OUTCOME_LISTENER_APP = 'reckon-outcomes';
 
@@ -77,20 +76,27 @@ export async function jobChangesSubscribe(p: {
 }
 
 class OutcomeListener {
-  private client: pg.Client | null = null;
-  private connecting: Promise<void> | null = null;
-  private retryTimer: NodeJS.Timeout | undefined;
-  private retryMs = RECONNECT_INITIAL_MS;
-  private stopped = false;
-  private connects = 0;
+  private readonly listen: ListenConnection;
   /** The last statement queued on the connection (see `serial`). */
   private tail: Promise<void> = Promise.resolve();
 
   constructor(
-    private readonly config: pg.ClientConfig,
-    private readonly channel: string,
+    config: pg.ClientConfig,
+    channel: string,
     private readonly onChange: (jobIds: string[], states?: JobStateRow[]) => void,
-  ) {}
+  ) {
+    this.listen = new ListenConnection({
+      config: { ...config, application_name: OUTCOME_LISTENER_APP },
+      channel,
+      onNotification: (msg) => {
+        if (msg.payload) this.notified(msg.payload);
+      },
+      // Notifications sent while we were away are lost: every waiter checks its job.
+      onReconnect: () => this.tell([]),
+      // Its writes (outcome_waits) need no fsync: a lost one costs a waiter only latency.
+      setup: (c) => c.query('SET synchronous_commit = off'),
+    });
+  }
 
   /** Reads job states on the listening connection (idle but for notifications). */
   read(schema: string, ids: string[]): Promise<JobStateRow[]> {
@@ -100,8 +106,9 @@ class OutcomeListener {
   /** One statement at a time on the connection (pg deprecates overlapping queries). */
   private serial<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
     const run = this.tail.then(() => {
-      if (!this.client) throw new Error('the outcome listener is reconnecting');
-      return fn(this.client);
+      const client = this.listen.client;
+      if (!client) throw new Error('the outcome listener is reconnecting');
+      return fn(client);
     });
     this.tail = run.then(
       () => undefined,
@@ -113,6 +120,9 @@ class OutcomeListener {
   /**
    * Marks these jobs as waited for (outcome_waits), so that their changes notify: the ones that
    * exist and are not terminal. Not synchronous: a row lost in a crash costs only latency.
+   * FOR SHARE: a job being finished meanwhile is waited for and then seen terminal (no row
+   * written), and a finish after this insert waits for it, so the finish's trigger deletes the
+   * row. Without it, a row written while its job finished outlived the job's wait for good.
    */
   async watch(schema: string, ids: string[]): Promise<void> {
     const s = quote(schema);
@@ -121,6 +131,7 @@ class OutcomeListener {
         `INSERT INTO ${s}.outcome_waits (job_id)
        SELECT id FROM ${s}.jobs
        WHERE id = ANY($1::text[]) AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
+       ORDER BY id FOR SHARE
        ON CONFLICT DO NOTHING`,
         [ids],
       ),
@@ -128,66 +139,11 @@ class OutcomeListener {
   }
 
   start(): Promise<void> {
-    this.connecting = this.connect();
-    return this.connecting;
+    return this.listen.start();
   }
 
-  async stop(): Promise<void> {
-    this.stopped = true;
-    clearTimeout(this.retryTimer);
-    await this.connecting;
-    const client = this.client;
-    this.client = null;
-    await client?.end().catch(() => undefined);
-  }
-
-  private async connect(): Promise<void> {
-    const client = new pg.Client({ ...this.config, application_name: OUTCOME_LISTENER_APP });
-    let lost = false;
-    const onLost = () => {
-      if (lost) return;
-      lost = true;
-      if (this.client === client) this.client = null;
-      client.end().catch(() => undefined);
-      this.scheduleRetry();
-    };
-    // An 'error' without a listener would crash the process; here it only means "reconnect".
-    client.on('error', onLost);
-    client.on('end', onLost);
-    client.on('notification', (msg) => {
-      if (msg.payload) this.notified(msg.payload);
-    });
-    try {
-      await client.connect();
-      await client.query(`LISTEN ${quote(this.channel)}`);
-      // Its writes (outcome_waits) need no fsync: a lost one costs a waiter only latency.
-      await client.query('SET synchronous_commit = off');
-    } catch {
-      onLost();
-      return;
-    } finally {
-      this.connecting = null;
-    }
-    if (this.stopped || lost) {
-      await client.end().catch(() => undefined);
-      return;
-    }
-    this.client = client;
-    this.connects++;
-    this.retryMs = RECONNECT_INITIAL_MS;
-    // Notifications sent while we were away are lost: every waiter checks its job.
-    if (this.connects > 1) this.tell([]);
-  }
-
-  private scheduleRetry(): void {
-    if (this.stopped) return;
-    clearTimeout(this.retryTimer);
-    const ms = this.retryMs;
-    this.retryMs = Math.min(this.retryMs * 2, RECONNECT_MAX_MS);
-    this.retryTimer = setTimeout(() => {
-      if (!this.stopped) this.connecting = this.connect();
-    }, ms);
-    this.retryTimer.unref();
+  stop(): Promise<void> {
+    return this.listen.stop();
   }
 
   /** A payload is `{ id, state?, result?, error? }` (see the migration); result and error as JSON text. */

@@ -18,7 +18,7 @@ import {
   type JobRow,
 } from '../rows.js';
 import type { JobDetail, JobPruneParams, JobPruneResult, PrunableState } from '../store.js';
-import { emptyCounts, statesOf } from '../prune.js';
+import { archivedAsIs, emptyCounts, statesOf } from '../prune.js';
 import { quoteIdent } from './statements.js';
 
 interface Queryable {
@@ -80,27 +80,60 @@ export async function jobPruneMany(h: PruneHandle, p: JobPruneParams): Promise<J
   });
   if (ids.length === 0) return none;
   if (p.archive) await p.archive(histories);
-  const deleted = await h.tx(async (c) => {
-    const still = await c.query<{ id: string }>(
-      `SELECT id FROM ${s}.jobs WHERE id = ANY($3::text[]) AND ${OLD_TERMINAL}
-       ORDER BY id FOR UPDATE SKIP LOCKED`,
-      [cutoff, states, ids],
-    );
-    const doomed = still.rows.map((r) => r.id);
-    const result = { jobs: emptyCounts(), attempts: 0, events: 0 };
-    if (doomed.length === 0) return result;
-    const ev = await c.query(`DELETE FROM ${s}.events WHERE job_id = ANY($1::text[])`, [doomed]);
-    const at = await c.query(`DELETE FROM ${s}.attempts WHERE job_id = ANY($1::text[])`, [doomed]);
-    const jobs = await c.query<{ state: PrunableState }>(
-      `DELETE FROM ${s}.jobs WHERE id = ANY($1::text[]) RETURNING state`,
+  const deleted = await h.tx((c) =>
+    deleteBatch(c, s, { cutoff, states, ids, archived: p.archive ? histories : undefined }),
+  );
+  const { leftGrown, ...counts } = deleted;
+  return { ...counts, more: ids.length === p.limit || leftGrown > 0 };
+}
+
+/**
+ * The delete of one batch, in its transaction: the jobs still old and terminal (and, given the
+ * archived histories, still as archived), whole, and the waits of jobs that ended or went.
+ */
+async function deleteBatch(
+  c: Queryable,
+  s: string,
+  b: { cutoff: number; states: PrunableState[]; ids: string[]; archived?: JobDetail[] },
+): Promise<Omit<JobPruneResult, 'more'> & { leftGrown: number }> {
+  // Locked FOR UPDATE: an event write on these jobs (eventAppend, a dedup) takes KEY SHARE on
+  // its job first, so it waits for this transaction and then finds the job gone, or it got
+  // there first and this batch skips the job. Either way no event outlives its job.
+  const still = await c.query<{ id: string }>(
+    `SELECT id FROM ${s}.jobs WHERE id = ANY($3::text[]) AND ${OLD_TERMINAL}
+     ORDER BY id FOR UPDATE SKIP LOCKED`,
+    [b.cutoff, b.states, b.ids],
+  );
+  let doomed = still.rows.map((r) => r.id);
+  const result = { jobs: emptyCounts(), attempts: 0, events: 0, leftGrown: 0 };
+  if (b.archived && doomed.length > 0) {
+    const counts = await c.query<{ job_id: string; n: string }>(
+      `SELECT job_id, count(*) AS n FROM ${s}.events WHERE job_id = ANY($1::text[]) GROUP BY job_id`,
       [doomed],
     );
-    for (const j of jobs.rows) result.jobs[j.state]++;
-    result.events = ev.rowCount ?? 0;
-    result.attempts = at.rowCount ?? 0;
-    return result;
-  });
-  return { ...deleted, more: ids.length === p.limit };
+    const same = archivedAsIs(b.archived, new Map(counts.rows.map((r) => [r.job_id, Number(r.n)])));
+    const kept = doomed.filter((id) => same.has(id));
+    result.leftGrown = doomed.length - kept.length;
+    doomed = kept;
+  }
+  if (doomed.length === 0) return result;
+  const ev = await c.query(`DELETE FROM ${s}.events WHERE job_id = ANY($1::text[])`, [doomed]);
+  const at = await c.query(`DELETE FROM ${s}.attempts WHERE job_id = ANY($1::text[])`, [doomed]);
+  const jobs = await c.query<{ state: PrunableState }>(
+    `DELETE FROM ${s}.jobs WHERE id = ANY($1::text[]) RETURNING state`,
+    [doomed],
+  );
+  // Waits of these jobs, and strays: a wait whose job ended or went (outcome-notify.ts).
+  await c.query(
+    `DELETE FROM ${s}.outcome_waits w WHERE w.job_id = ANY($1::text[]) OR NOT EXISTS (
+       SELECT 1 FROM ${s}.jobs j WHERE j.id = w.job_id
+         AND j.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED'))`,
+    [doomed],
+  );
+  for (const j of jobs.rows) result.jobs[j.state]++;
+  result.events = ev.rowCount ?? 0;
+  result.attempts = at.rowCount ?? 0;
+  return result;
 }
 
 async function readHistories(c: Queryable, s: string, ids: string[]): Promise<JobDetail[]> {

@@ -181,7 +181,7 @@ SELECT ${toMs('now.t')} AS now,
      FROM (SELECT DISTINCT n.queue FROM input n WHERE n.id NOT IN (SELECT id FROM handed)) q) AS woken
 FROM now`,
 
-    /** $1 request keys (text[]). */
-    jobByKeys: `SELECT * FROM ${jobs} WHERE request_key = ANY($1::text[])`,
+    /** $1 request keys (text[]). KEY SHARE: no prune deletes them under their dedup events. */
+    jobByKeys: `SELECT * FROM ${jobs} WHERE request_key = ANY($1::text[]) FOR KEY SHARE`,
   };
 }

@@ -80,17 +80,19 @@ FROM json_to_recordset($1::json) AS e(job_id text, attempt_no int, request_finge
 
     /**
      * $1 JSON array of { job_id, attempt_no, kind, from_state, to_state, actor, detail_json }.
-     * Appends each event of an existing job (skipping unknown jobs) at the database's now.
+     * Appends each event of an existing job (skipping unknown jobs) at the database's now, in
+     * array order. KEY SHARE on the job: a prune deleting it (FOR UPDATE, retention.ts) either
+     * skips it or goes first, and then this finds no job: never an event of a deleted job.
      */
     eventAppend: `
 INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, from_state, to_state, actor, detail_json, at)
-SELECT e.job_id, e.attempt_no, e.fingerprint, e.kind, e.from_state, e.to_state, e.actor, e.detail_json, ${NOW}
-FROM (
-  SELECT x.*, (SELECT j.request_fingerprint FROM ${jobs} j WHERE j.id = x.job_id) AS fingerprint
-  FROM json_to_recordset($1::json) AS x(job_id text, attempt_no int, kind text, from_state text,
-    to_state text, actor text, detail_json text)
-) e
-WHERE e.fingerprint IS NOT NULL`,
+SELECT x.job_id, x.attempt_no, j.request_fingerprint, x.kind, x.from_state, x.to_state, x.actor, x.detail_json, ${NOW}
+FROM ROWS FROM (json_to_recordset($1::json) AS (job_id text, attempt_no int, kind text,
+    from_state text, to_state text, actor text, detail_json text))
+  WITH ORDINALITY AS x(job_id, attempt_no, kind, from_state, to_state, actor, detail_json, ord)
+JOIN ${jobs} j ON j.id = x.job_id
+ORDER BY x.ord
+FOR KEY SHARE OF j`,
   };
 }
 

@@ -21,6 +21,12 @@ import Database from 'better-sqlite3';
 import { BackupInvalid, StoreUnavailable, TargetExists } from '../../core/errors.js';
 import { DEFAULT_RECONCILE } from '../../core/operation.js';
 import { assertAttemptTransition, assertJobTransition, JOB_STATES } from '../../core/states.js';
+import {
+  RESTORE_PRESUMED_REASON,
+  restoredApprovalEvent,
+  restoreMarks,
+  type RestoreReconcile,
+} from '../plan/index.js';
 import { newLeaseToken } from '../rules.js';
 import { BACKUP_THREAD_SOURCE } from './backup-thread.js';
 import { LATEST_SCHEMA_VERSION } from './schema.js';
@@ -254,13 +260,16 @@ export async function backupSqlite(p: {
 }
 
 /** Which jobs a restore marks for reconciliation before anything is sent again. */
-export type RestoreReconcile = 'unfinished' | 'leased' | 'none';
+export type { RestoreReconcile };
 
 export interface RestoreResult {
   path: string;
   check: CopyCheck;
-  /** Jobs moved to UNKNOWN: LEASED without a marker, QUEUED and due (with 'unfinished'). */
-  reconciled: { leased: number; queued: number };
+  /**
+   * Jobs moved to UNKNOWN: LEASED without a marker, QUEUED and due (with 'unfinished'); and
+   * jobs AWAITING_APPROVAL moved to NEEDS_REVIEW (their decision on the old host is unknown).
+   */
+  reconciled: { leased: number; queued: number; approvals: number };
   /** LEASED jobs whose attempt has its marker: UNKNOWN by the normal rules once the lease expires. */
   leasedWithMarker: number;
 }
@@ -314,7 +323,7 @@ function copyWithVacuum(from: string, to: string): void {
   }
 }
 
-const PRESUMED_REASON = 'restored-from-backup-may-have-been-sent';
+const PRESUMED_REASON = RESTORE_PRESUMED_REASON;
 
 /**
  * The backup holds no fact written after it. A job LEASED in it without a marker may have had its
@@ -329,8 +338,9 @@ export function reconcileRestored(
   db: Database.Database,
   mode: RestoreReconcile,
   now: number,
-): { reconciled: { leased: number; queued: number }; leasedWithMarker: number } {
-  const out = { reconciled: { leased: 0, queued: 0 }, leasedWithMarker: 0 };
+): { reconciled: { leased: number; queued: number; approvals: number }; leasedWithMarker: number } {
+  const out = { reconciled: { leased: 0, queued: 0, approvals: 0 }, leasedWithMarker: 0 };
+  const marks = restoreMarks(mode);
   const lastEventAt = (db.prepare('SELECT max(at) AS t FROM events').get() as { t: number | null })
     .t;
   const detail = (extra: Record<string, unknown>) =>
@@ -364,12 +374,13 @@ export function reconcileRestored(
       .all() as { id: string; fp: string; no: number; timeout: number; marker: number | null }[];
     for (const j of leased) {
       if (j.marker !== null) out.leasedWithMarker++;
-      else if (mode !== 'none') {
+      else if (marks.leased) {
         endUnknown(j);
         out.reconciled.leased++;
       }
     }
-    if (mode !== 'unfinished') return;
+    if (marks.approvals) out.reconciled.approvals = approvalsToReview(db, lastEventAt, now);
+    if (!marks.queued) return;
     const queued = db
       .prepare(
         `SELECT id, request_key AS key, request_fingerprint AS fp, attempt_count + 1 AS no,
@@ -395,4 +406,31 @@ export function reconcileRestored(
     }
   }).immediate();
   return out;
+}
+
+/** Every job AWAITING_APPROVAL goes to review with the doubt as its event (plan/restore.ts). */
+function approvalsToReview(
+  db: Database.Database,
+  backupLastEventAt: number | null,
+  now: number,
+): number {
+  const moved = db
+    .prepare(
+      `SELECT id, request_fingerprint AS fp, approval_expires_at AS x FROM jobs
+       WHERE state = 'AWAITING_APPROVAL'`,
+    )
+    .all() as { id: string; fp: string; x: number | null }[];
+  db.prepare(
+    `UPDATE jobs SET state = 'NEEDS_REVIEW', updated_at = ?, approval_expires_at = NULL
+     WHERE state = 'AWAITING_APPROVAL'`,
+  ).run(now);
+  const insert = db.prepare(
+    `INSERT INTO events (job_id, attempt_no, request_fingerprint, kind, from_state, to_state, actor, detail_json, at)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+  );
+  for (const m of moved) {
+    const e = restoredApprovalEvent({ backupLastEventAt, approvalExpiresAt: m.x });
+    insert.run(m.id, e.attemptNo, m.fp, e.kind, e.fromState, e.toState, e.actor, e.detailJson, now);
+  }
+  return moved.length;
 }

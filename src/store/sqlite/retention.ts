@@ -16,7 +16,7 @@ import {
   type JobRow,
 } from '../rows.js';
 import type { JobDetail, JobPruneParams, JobPruneResult, PrunableState } from '../store.js';
-import { emptyCounts, statesOf } from '../prune.js';
+import { archivedAsIs, emptyCounts, statesOf } from '../prune.js';
 
 const marks = (n: number) => Array.from({ length: n }, () => '?').join(',');
 
@@ -82,21 +82,33 @@ export function pruneHistories(db: Database.Database, ids: string[]): JobDetail[
 
 /**
  * Deletes the histories of `ids` that are still terminal (in `states`) and finished at or before
- * `cutoff`; runs inside the caller's write transaction. Returns the counts deleted.
+ * `cutoff`, and (given `archived`) whose events are still those archived; runs inside the
+ * caller's write transaction. Returns the counts deleted and how many were left for later.
  */
 export function pruneDelete(
   db: Database.Database,
-  p: { ids: string[]; states: PrunableState[]; cutoff: number },
-): Omit<JobPruneResult, 'more'> {
-  const result = { jobs: emptyCounts(), attempts: 0, events: 0 };
+  p: { ids: string[]; states: PrunableState[]; cutoff: number; archived?: JobDetail[] },
+): Omit<JobPruneResult, 'more'> & { leftGrown: number } {
+  const result = { jobs: emptyCounts(), attempts: 0, events: 0, leftGrown: 0 };
   if (p.ids.length === 0) return result;
-  const still = db
+  let still = db
     .prepare(
       `SELECT id FROM jobs WHERE id IN (${marks(p.ids.length)}) AND finished_at IS NOT NULL
        AND finished_at <= ? AND state IN (${marks(p.states.length)})`,
     )
     .pluck()
     .all(...p.ids, p.cutoff, ...p.states) as string[];
+  if (p.archived && still.length > 0) {
+    const counts = db
+      .prepare(
+        `SELECT job_id, count(*) AS n FROM events WHERE job_id IN (${marks(still.length)}) GROUP BY job_id`,
+      )
+      .all(...still) as { job_id: string; n: number }[];
+    const same = archivedAsIs(p.archived, new Map(counts.map((c) => [c.job_id, c.n])));
+    const kept = still.filter((id) => same.has(id));
+    result.leftGrown = still.length - kept.length;
+    still = kept;
+  }
   if (still.length === 0) return result;
   const m = marks(still.length);
   result.events = db.prepare(`DELETE FROM events WHERE job_id IN (${m})`).run(...still).changes;
@@ -123,11 +135,12 @@ export async function jobPruneMany(
   const batch = pruneSelect(h.db, p, now);
   if (batch.length === 0) return { jobs: emptyCounts(), attempts: 0, events: 0, more: false };
   const ids = batch.map((b) => b.id);
-  if (p.archive) await p.archive(pruneHistories(h.db, ids));
-  const deleted = await h.write(() =>
-    pruneDelete(h.db, { ids, states, cutoff: now - p.olderThanMs }),
+  const archived = p.archive ? pruneHistories(h.db, ids) : undefined;
+  if (archived) await p.archive!(archived);
+  const { leftGrown, ...deleted } = await h.write(() =>
+    pruneDelete(h.db, { ids, states, cutoff: now - p.olderThanMs, archived }),
   );
-  return { ...deleted, more: batch.length === p.limit };
+  return { ...deleted, more: batch.length === p.limit || leftGrown > 0 };
 }
 
 /**
