@@ -38,7 +38,7 @@ describe('transition table', () => {
     // Written out, not derived from the code: adding a move (AWAITING_APPROVAL -> LEASED,
     // UNKNOWN -> CANCELLED, ...) or dropping one fails here, so such a change is a decision.
     const JOB: Record<JobState, JobState[]> = {
-      AWAITING_APPROVAL: ['QUEUED', 'CANCELLED'],
+      AWAITING_APPROVAL: ['QUEUED', 'NEEDS_REVIEW', 'CANCELLED'],
       QUEUED: ['LEASED', 'CANCELLED'],
       LEASED: ['QUEUED', 'SUCCEEDED', 'FAILED', 'UNKNOWN', 'NEEDS_REVIEW', 'CANCELLED'],
       UNKNOWN: ['QUEUED', 'SUCCEEDED', 'FAILED', 'NEEDS_REVIEW'],
