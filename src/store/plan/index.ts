@@ -15,3 +15,4 @@ export {
 export { planTransition } from './transition.js';
 export { planCancel, type CancelPlan } from './cancel.js';
 export { dedupEvent, planDedup, type KeyHolder, type KeyRequest } from './dedup.js';
+export { planFlowClaim, type FlowCandidate, type FlowClaimPlan, type FlowCounts } from './flow.js';
