@@ -17,7 +17,10 @@ export interface FlowCounts {
   leased: ReadonlyMap<string, number>;
   /** Starts within (now - perMs, now], by rate key: how many, and the oldest one's time. */
   starts: ReadonlyMap<string, { count: number; oldestAt: number }>;
-  /** Rate keys that may not start before this time (ms), by key. */
+  /**
+   * Rate keys' next start times (ms), by key: the spacing of their last starts, or a hold a
+   * downstream's Retry-After put there. Times up to `perMs` in the past matter (see `spacedAfter`).
+   */
   holds: ReadonlyMap<string, number>;
 }
 
@@ -29,6 +32,24 @@ export interface FlowClaimPlan {
   heldByConcurrency: number;
   /** When a rate slot frees for a candidate left behind (ms since the epoch), or null. */
   retryAt: number | null;
+  /** Rate keys that started: their next start time, to be stored (kept if later there). */
+  nextStartAt: Map<string, number>;
+}
+
+/**
+ * A key's next start time after a start at `now`: one interval (perMs / max) later on the grid
+ * of its earlier starts. A start up to one interval late keeps that grid (a claim that woke a few
+ * ms late does not slow the rate down); later than that, the grid restarts at now.
+ */
+export function spacedAfter(next: number | undefined, now: number, intervalMs: number): number {
+  // An idle key (nothing stored within a window) starts a new grid: no burst after idling.
+  if (next === undefined) return now + intervalMs;
+  return Math.max(next, now - intervalMs) + intervalMs;
+}
+
+/** The interval between two starts of one key: whole ms (the window caps any rounding). */
+export function rateIntervalMs(rate: { max: number; perMs: number }): number {
+  return Math.max(1, Math.floor(rate.perMs / rate.max));
 }
 
 /**
@@ -44,6 +65,8 @@ export function planFlowClaim(
   now: number,
 ): FlowClaimPlan {
   const started = new Map<string, number>();
+  const nextStartAt = new Map<string, number>();
+  const interval = limit.rate ? rateIntervalMs(limit.rate) : 0;
   const leasedNow = new Map<string, number>();
   const take: number[] = [];
   let heldByRate = 0;
@@ -54,7 +77,7 @@ export function planFlowClaim(
     const c = candidates[i]!;
     if (take.length >= want) break;
     if (limit.rate) {
-      const hold = counts.holds.get(c.rateKey);
+      const hold = nextStartAt.get(c.rateKey) ?? counts.holds.get(c.rateKey);
       if (hold !== undefined && hold > now) {
         heldByRate++;
         later(hold);
@@ -79,8 +102,15 @@ export function planFlowClaim(
       }
       leasedNow.set(c.concurrencyKey, (leasedNow.get(c.concurrencyKey) ?? 0) + 1);
     }
-    if (limit.rate) started.set(c.rateKey, (started.get(c.rateKey) ?? 0) + 1);
+    if (limit.rate) {
+      started.set(c.rateKey, (started.get(c.rateKey) ?? 0) + 1);
+      const next = nextStartAt.get(c.rateKey) ?? counts.holds.get(c.rateKey);
+      nextStartAt.set(c.rateKey, spacedAfter(next, now, interval));
+    }
     take.push(i);
   }
-  return { take, heldByRate, heldByConcurrency, retryAt };
+  // Keys spaced out are left out of the candidates by the store: their next start still wakes.
+  if (limit.rate && take.length < want)
+    for (const t of counts.holds.values()) if (t > now) later(t);
+  return { take, heldByRate, heldByConcurrency, retryAt, nextStartAt };
 }

@@ -30,8 +30,9 @@ interface CandidateRow {
   concurrency_key: string;
 }
 
+/** One advisory lock per limit key (hashed by the statement; a collision only skips a key). */
 const lockName = (schema: string, kind: string, op: string, key: string) =>
-  `${schema}\u0000${kind}\u0000${op}\u0000${key}`;
+  JSON.stringify([schema, kind, op, key]);
 
 export async function attemptClaimLimited(
   h: PgHandle,
@@ -132,6 +133,8 @@ async function claimOne(
       taken.map((r) => r.rate_key),
       now,
       limit.rate.perMs,
+      [...plan.nextStartAt.keys()],
+      [...plan.nextStartAt.values()],
     ]);
   const claimed = leased.rows.map((row) => {
     const job = jobFromRow(row);

@@ -64,7 +64,7 @@ WHERE f.operation = $1::text AND f.at > (SELECT t FROM now) - ${millis('$2')}
 GROUP BY f.rate_key
 UNION ALL
 SELECT 'hold', h.rate_key, 0, ${toMs('h.until')} FROM ${s}.flow_holds h
-WHERE h.operation = $1::text AND h.until > (SELECT t FROM now)`,
+WHERE h.operation = $1::text AND h.until > (SELECT t FROM now) - ${millis('$2')}`,
     /** $1 job ids (text[]), $2 operations (text[]), $3 owner, $4 lease (ms): leases them (locked by flowCandidates). */
     flowLease: claim(
       t,
@@ -74,10 +74,18 @@ picked AS MATERIALIZED (
   WHERE j.id = ANY($1::text[]) AND j.operation = ANY($2::text[]) AND j.state = 'QUEUED'
 )`,
     ),
-    /** $1 operation, $2 rate keys (text[], one per start), $3 the claim's now (ms), $4 window (ms). */
+    /**
+     * $1 operation, $2 rate keys (text[], one per start), $3 the claim's now (ms), $4 window (ms),
+     * $5 keys and $6 their next start times (ms; a later one stored is kept).
+     */
     flowStartsRecord: `
 WITH gone AS (
   DELETE FROM ${s}.flow_starts WHERE operation = $1::text AND at <= ${fromMs('$3')} - ${millis('$4')}
+),
+spaced AS (
+  INSERT INTO ${s}.flow_holds AS f (operation, rate_key, until)
+  SELECT $1::text, k.key, ${fromMs('k.at')} FROM unnest($5::text[], $6::bigint[]) AS k(key, at)
+  ON CONFLICT (operation, rate_key) DO UPDATE SET until = greatest(f.until, excluded.until)
 )
 INSERT INTO ${s}.flow_starts (operation, rate_key, at)
 SELECT $1::text, k, ${fromMs('$3')} FROM unnest($2::text[]) AS k`,

@@ -99,9 +99,10 @@ function countsOf(h: SqliteHandle, limit: FlowLimit, now: number): FlowCounts {
       )
       .all(limit.operation, now - limit.rate.perMs) as [string, number, number][];
     for (const [k, count, oldestAt] of rows) starts.set(k, { count, oldestAt });
+    // Next start times up to a window back still place the next start (plan/flow.ts spacedAfter).
     const held = h
       .rawStmt('SELECT rate_key, until FROM flow_holds WHERE operation = ? AND until > ?')
-      .all(limit.operation, now) as [string, number][];
+      .all(limit.operation, now - limit.rate.perMs) as [string, number][];
     for (const [k, until] of held) holds.set(k, until);
   }
   return { leased, starts, holds };
@@ -142,7 +143,7 @@ export function attemptClaimLimited(h: SqliteHandle, p: FlowClaimParams): Promis
         if (plan.retryAt !== null) retryAt = Math.min(retryAt ?? plan.retryAt, plan.retryAt);
         if (plan.take.length === 0) continue;
         const taken = plan.take.map((i) => rows[i]!);
-        result.claimed.push(...lease(h, p, limit, taken, now));
+        result.claimed.push(...lease(h, p, limit, taken, now, plan.nextStartAt));
       }
       result.retryInMs = retryAt === null ? null : Math.max(0, retryAt - now);
       return result;
@@ -159,9 +160,15 @@ function lease(
   limit: FlowLimit,
   taken: FlowTuple[],
   now: number,
+  nextStartAt: Map<string, number>,
 ): ClaimedAttempt[] {
   const claimed = leaseRows(h, p, taken as unknown as ClaimTuple[], now);
   if (limit.rate) {
+    const next = h.stmt(
+      `INSERT INTO flow_holds (operation, rate_key, until) VALUES (?, ?, ?)
+       ON CONFLICT (operation, rate_key) DO UPDATE SET until = max(until, excluded.until)`,
+    );
+    for (const [key, at] of nextStartAt) next.run(limit.operation, key, at);
     const start = h.stmt('INSERT INTO flow_starts (operation, rate_key, at) VALUES (?, ?, ?)');
     for (const r of taken) start.run(limit.operation, r[26] ?? '', now);
     // Starts that left the window count for nothing any more.
