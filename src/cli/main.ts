@@ -8,6 +8,7 @@ import { Command } from 'commander';
 import { registerBackup } from './commands/backup.js';
 import { registerCall } from './commands/call.js';
 import { registerApprovals } from './commands/approvals.js';
+import { registerQueues } from './commands/queues.js';
 import { registerChaos } from './commands/chaos.js';
 import { registerDemo } from './commands/demo.js';
 import { registerEnqueue } from './commands/enqueue.js';
@@ -59,6 +60,7 @@ export function buildProgram(): Command {
   registerJobs(program);
   registerReview(program);
   registerApprovals(program);
+  registerQueues(program);
   registerStatus(program);
   registerServe(program);
   registerPrune(program);

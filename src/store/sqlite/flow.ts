@@ -111,47 +111,69 @@ function countsOf(h: SqliteHandle, limit: FlowLimit, now: number): FlowCounts {
 export function attemptClaimLimited(h: SqliteHandle, p: FlowClaimParams): Promise<FlowClaimResult> {
   if (p.queues.length === 0 || p.limits.length === 0 || p.limit <= 0)
     return Promise.resolve({ claimed: [], retryInMs: null, held: [] });
+  // Nothing to take (every key at its limit, or nothing due): a read answers, without the write
+  // lock, so that workers waiting for a slot do not serialize every process's writes. Skipped
+  // while writes of this process are queued, as for the plain claim.
+  if (h.writer.idle) {
+    try {
+      const probe = claimLimited(h, p, false);
+      if (probe.claimed.length === 0) return Promise.resolve(probe);
+    } catch (err) {
+      return Promise.reject(h.classify(err));
+    }
+  }
   return h.writer.write(
-    () => {
-      const now = h.now();
-      const open = claimableNow(
-        h,
-        [...new Set(p.queues)],
-        p.limits.map((l) => l.operation),
-      );
-      const result: FlowClaimResult = { claimed: [], retryInMs: null, held: [] };
-      if (!open) return result;
-      let retryAt: number | null = null;
-      for (const limit of p.limits) {
-        const want = p.limit - result.claimed.length;
-        if (want <= 0) break;
-        if (!open.operations.includes(limit.operation)) continue;
-        const window = Math.min(FLOW_CANDIDATES_MAX, want * 4 + 16);
-        const rows = h
-          .rawStmt(candidateSql(open.queues.length, limit))
-          .all(candidateArgs(open.queues, limit, now, window)) as FlowTuple[];
-        const candidates: FlowCandidate[] = rows.map((r) => ({
-          rateKey: r[26] ?? '',
-          concurrencyKey: r[27] ?? '',
-        }));
-        const plan = planFlowClaim(limit, candidates, countsOf(h, limit, now), want, now);
-        result.held.push({
-          operation: limit.operation,
-          rate: plan.heldByRate,
-          concurrency: plan.heldByConcurrency,
-        });
-        if (plan.retryAt !== null) retryAt = Math.min(retryAt ?? plan.retryAt, plan.retryAt);
-        if (plan.take.length === 0) continue;
-        const taken = plan.take.map((i) => rows[i]!);
-        result.claimed.push(...lease(h, p, limit, taken, now, plan.nextStartAt));
-      }
-      result.retryInMs = retryAt === null ? null : Math.max(0, retryAt - now);
-      return result;
-    },
+    () => claimLimited(h, p, true),
     // As the plain claim: acted on only through the dispatch marker, a synced write after it.
     { unsynced: true },
   );
 }
+
+/**
+ * Reads each limited operation's candidates and counts and lets the plan choose; with `write`
+ * (inside the write transaction) leases what it chose, else (a read-only probe) only reports
+ * whether anything would be taken (`claimed` then holds a placeholder per job).
+ */
+function claimLimited(h: SqliteHandle, p: FlowClaimParams, write: boolean): FlowClaimResult {
+  const now = h.now();
+  const open = claimableNow(
+    h,
+    [...new Set(p.queues)],
+    p.limits.map((l) => l.operation),
+  );
+  const result: FlowClaimResult = { claimed: [], retryInMs: null, held: [] };
+  if (!open) return result;
+  let retryAt: number | null = null;
+  for (const limit of p.limits) {
+    const want = p.limit - result.claimed.length;
+    if (want <= 0) break;
+    if (!open.operations.includes(limit.operation)) continue;
+    const window = Math.min(FLOW_CANDIDATES_MAX, want * 4 + 16);
+    const rows = h
+      .rawStmt(candidateSql(open.queues.length, limit))
+      .all(candidateArgs(open.queues, limit, now, window)) as FlowTuple[];
+    const candidates: FlowCandidate[] = rows.map((r) => ({
+      rateKey: r[26] ?? '',
+      concurrencyKey: r[27] ?? '',
+    }));
+    const plan = planFlowClaim(limit, candidates, countsOf(h, limit, now), want, now);
+    result.held.push({
+      operation: limit.operation,
+      rate: plan.heldByRate,
+      concurrency: plan.heldByConcurrency,
+    });
+    if (plan.retryAt !== null) retryAt = Math.min(retryAt ?? plan.retryAt, plan.retryAt);
+    if (plan.take.length === 0) continue;
+    if (!write) return { claimed: [PROBE_HIT], retryInMs: null, held: [] };
+    const taken = plan.take.map((i) => rows[i]!);
+    result.claimed.push(...lease(h, p, limit, taken, now, plan.nextStartAt));
+  }
+  result.retryInMs = retryAt === null ? null : Math.max(0, retryAt - now);
+  return result;
+}
+
+/** The probe's "something would be taken": never returned to a caller. */
+const PROBE_HIT = {} as ClaimedAttempt;
 
 /** Leases the taken rows and records their starts (rate-limited operations). */
 function lease(
