@@ -89,6 +89,10 @@ export function registerQueues(program: Command): void {
     });
   }
 
+  registerSchedules(program);
+}
+
+function registerSchedules(program: Command): void {
   const schedules = program
     .command('schedules')
     .summary('schedules the workers tick, with their next run')

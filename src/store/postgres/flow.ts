@@ -91,20 +91,7 @@ async function claimOne(
   ).rows;
   const none = { claimed: [], heldByRate: 0, heldByConcurrency: 0, retryInMs: null };
   if (rows.length === 0) return none;
-  // The keys' locks: a candidate whose key another claimer is judging is left for later.
-  const names = new Set<string>();
-  for (const r of rows) {
-    if (limit.rate) names.add(lockName(schema, 'r', limit.operation, r.rate_key));
-    if (limit.concurrency) names.add(lockName(schema, 'c', limit.operation, r.concurrency_key));
-  }
-  const got = new Set(
-    (await c.query<{ k: string }>(h.sql.flowKeyLocks, [[...names]])).rows.map((r) => r.k),
-  );
-  const mine = rows.filter(
-    (r) =>
-      (!limit.rate || got.has(lockName(schema, 'r', limit.operation, r.rate_key))) &&
-      (!limit.concurrency || got.has(lockName(schema, 'c', limit.operation, r.concurrency_key))),
-  );
+  const mine = await lockedKeys(h, c, schema, limit, rows);
   if (mine.length === 0) return none;
   const { counts, now } = await countsOf(c, h, limit);
   const candidates: FlowCandidate[] = mine.map((r) => ({
@@ -154,6 +141,29 @@ async function claimOne(
     heldByConcurrency: plan.heldByConcurrency,
     retryInMs,
   };
+}
+
+/** The candidates whose keys' advisory locks this claim took (a key another claimer holds: skipped). */
+async function lockedKeys(
+  h: PgHandle,
+  c: Queryable,
+  schema: string,
+  limit: FlowLimit,
+  rows: CandidateRow[],
+): Promise<CandidateRow[]> {
+  const names = new Set<string>();
+  for (const r of rows) {
+    if (limit.rate) names.add(lockName(schema, 'r', limit.operation, r.rate_key));
+    if (limit.concurrency) names.add(lockName(schema, 'c', limit.operation, r.concurrency_key));
+  }
+  const got = new Set(
+    (await c.query<{ k: string }>(h.sql.flowKeyLocks, [[...names]])).rows.map((r) => r.k),
+  );
+  return rows.filter(
+    (r) =>
+      (!limit.rate || got.has(lockName(schema, 'r', limit.operation, r.rate_key))) &&
+      (!limit.concurrency || got.has(lockName(schema, 'c', limit.operation, r.concurrency_key))),
+  );
 }
 
 async function countsOf(

@@ -171,6 +171,13 @@ export function flowPauseFilter(s: string, j = 'j'): string {
     AND ${j}.operation <> ALL (ARRAY(SELECT name FROM ${s}.flow_pauses WHERE kind = 'operation'))`;
 }
 
+/** The hand-off's filter (a `due` row `d`): never to a paused queue or operation. */
+export function handOffUnpaused(s: string): string {
+  return `AND NOT EXISTS (
+      SELECT 1 FROM ${s}.flow_pauses p JOIN input n ON n.id = d.id
+      WHERE (p.kind = 'queue' AND p.name = n.queue) OR (p.kind = 'operation' AND p.name = n.operation))`;
+}
+
 /** A new job's state (`n` a row of `input`). */
 export const QUEUED_OR_AWAITING = `CASE WHEN n.approval THEN 'AWAITING_APPROVAL' ELSE 'QUEUED' END`;
 

@@ -9,7 +9,7 @@ import { NOW, flowPauseFilter, fromMs, millis, toMs, type Tables } from './sql-p
 /** The first key of the limited claim's advisory locks: "reckon flow". */
 export const FLOW_LOCK_NAMESPACE = 0x7265_6b66;
 
-export function flowStatements(t: Tables) {
+function flowCandidatesSql(t: Tables): string {
   const { s, jobs } = t;
   /**
    * $1 queues (text[]), $2 operation, $3 window (rows), $4 concurrency max (null: no limit),
@@ -17,7 +17,7 @@ export function flowStatements(t: Tables) {
    * order, locked (skipping those other claimers hold), leaving out keys already at a limit as
    * committed now: the plan (plan/flow.ts) judges the rest after the key locks.
    */
-  const flowCandidates = `
+  return `
 WITH now AS MATERIALIZED (SELECT ${NOW} AS t)
 SELECT j.id, coalesce(j.rate_key, '') AS rate_key, coalesce(j.concurrency_key, '') AS concurrency_key
 FROM ${jobs} j
@@ -38,6 +38,11 @@ WHERE j.state = 'QUEUED' AND j.queue = ANY($1::text[]) AND j.run_at <= (SELECT t
 ORDER BY j.priority DESC, j.run_at, j.id
 LIMIT $3::int
 FOR UPDATE SKIP LOCKED`;
+}
+
+export function flowStatements(t: Tables) {
+  const { s, jobs } = t;
+  const flowCandidates = flowCandidatesSql(t);
   return {
     flowCandidates,
     /**
@@ -89,6 +94,14 @@ spaced AS (
 )
 INSERT INTO ${s}.flow_starts (operation, rate_key, at)
 SELECT $1::text, k, ${fromMs('$3')} FROM unnest($2::text[]) AS k`,
+    ...flowAdminStatements(t),
+  };
+}
+
+/** Holds, pauses and schedules. */
+function flowAdminStatements(t: Tables) {
+  const { s } = t;
+  return {
     /** $1 operation, $2 rate key, $3 delay (ms). */
     flowBackoff: `
 INSERT INTO ${s}.flow_holds (operation, rate_key, until)

@@ -9,6 +9,7 @@ import {
   NOW,
   QUEUED_OR_AWAITING,
   fromMs,
+  handOffUnpaused,
   millis,
   toMs,
   type Tables,
@@ -136,10 +137,7 @@ handed AS MATERIALIZED (
   SELECT d.id, d.owner_id, d.lease_token,
     now.t + ${millis('d.lease_ms')} AS lease_expires_at
   FROM due d CROSS JOIN now
-  WHERE d.owner_id IS NOT NULL AND d.due_now
-    AND NOT EXISTS (
-      SELECT 1 FROM ${t.s}.flow_pauses p JOIN input n ON n.id = d.id
-      WHERE (p.kind = 'queue' AND p.name = n.queue) OR (p.kind = 'operation' AND p.name = n.operation))
+  WHERE d.owner_id IS NOT NULL AND d.due_now ${handOffUnpaused(t.s)}
     AND NOT EXISTS (
       SELECT 1 FROM ${jobs} j
       WHERE j.state = 'QUEUED' AND j.queue = d.queue AND j.run_at <= now.t
