@@ -67,7 +67,13 @@ export {
   BackupUnsupported,
   OutcomePending,
   QueueClosed,
+  RateLimited,
+  InvalidSchedule,
 } from './core/errors.js';
+export { defineSchedule, isSchedule, SCHEDULE_LATE_MAX_MS } from './core/schedule.js';
+export type { Schedule, ScheduleSpec, MissedPolicy } from './core/schedule.js';
+export type { RateLimitSpec, ConcurrencySpec } from './core/flow.js';
+export type { QueueInfo, PauseOptions, ScheduleInfo } from './runtime/flow.js';
 export type { ErrorInfo, OutcomeEvidence } from './core/errors.js';
 export { JOB_STATES, ATTEMPT_STATES, describeJobTransitions } from './core/states.js';
 export type { JobState, AttemptState, Resolution } from './core/states.js';

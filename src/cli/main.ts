@@ -8,6 +8,7 @@ import { Command } from 'commander';
 import { registerBackup } from './commands/backup.js';
 import { registerCall } from './commands/call.js';
 import { registerApprovals } from './commands/approvals.js';
+import { registerQueues } from './commands/queues.js';
 import { registerChaos } from './commands/chaos.js';
 import { registerSim } from './commands/sim.js';
 import { registerDemo } from './commands/demo.js';
@@ -60,6 +61,7 @@ export function buildProgram(): Command {
   registerJobs(program);
   registerReview(program);
   registerApprovals(program);
+  registerQueues(program);
   registerStatus(program);
   registerServe(program);
   registerPrune(program);

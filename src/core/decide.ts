@@ -110,3 +110,15 @@ export type DispatchFailure = 'definite' | 'definite-retryable' | 'not-sent' | '
 export function attemptStateFor(outcome: AttemptOutcome): AttemptState {
   return outcome.state;
 }
+
+/**
+ * A refusal (`RateLimited`: the downstream said "not now", so nothing was carried out) is not a
+ * failure of the job: it waits `retryAfterMs` in QUEUED whatever its retry policy, up to
+ * REFUSED_ATTEMPTS_MAX attempts in all, past which a downstream that never accepts fails it.
+ */
+export const REFUSED_ATTEMPTS_MAX = 1_000;
+
+export function decideAfterRefusal(retryAfterMs: number, attemptNo: number): NextJob {
+  if (attemptNo >= REFUSED_ATTEMPTS_MAX) return { to: 'FAILED' };
+  return { to: 'QUEUED', delayMs: Math.max(0, Math.ceil(retryAfterMs)) };
+}

@@ -459,3 +459,30 @@ export function safeErrorInfo(err: unknown): ErrorInfo {
     return { name: 'Error', message: safeMessage(err) };
   }
 }
+
+/**
+ * Thrown by an operation (inside or outside `ctx.dispatch()`) when the downstream refused the
+ * request for now, e.g. an HTTP 429 with Retry-After: it was not carried out. The attempt ends
+ * FAILED with reason `rate-limited` (a definitive "not done"), the job waits `retryAfterMs` in
+ * QUEUED without it counting against its retry policy, and an operation with a `rateLimit` has
+ * its (key's) next start pushed out for every worker.
+ */
+export class RateLimited extends ReckonError {
+  readonly retryAfterMs: number;
+  constructor(retryAfterMs: number, message?: string) {
+    super(
+      'RATE_LIMITED',
+      message ?? `the downstream refused the request for ${retryAfterMs} ms (rate limited)`,
+    );
+    this.retryAfterMs = retryAfterMs;
+  }
+}
+
+/** A schedule definition or a schedule call that cannot be accepted. Nothing was written. */
+export class InvalidSchedule extends ReckonError {
+  readonly schedule: string;
+  constructor(schedule: string, message: string) {
+    super('INVALID_SCHEDULE', `schedule ${JSON.stringify(schedule)}: ${message}`);
+    this.schedule = schedule;
+  }
+}

@@ -4,6 +4,7 @@
 import type { ZodType } from 'zod';
 import { InvalidInput } from './errors.js';
 import { normalizeRetry, type RetryPolicy } from './retry.js';
+import { flowLimitOf, type ConcurrencySpec, type FlowLimit, type RateLimitSpec } from './flow.js';
 
 export interface Logger {
   debug(obj: object, msg?: string): void;
@@ -29,6 +30,12 @@ export interface OperationContext {
    * `FAILED_BEFORE_SEND`; after it, only `DefiniteFailure` (or `classify`) is definitive.
    */
   dispatch<T>(fn: () => Promise<T>): Promise<T>;
+  /**
+   * The downstream asked us to slow down (say a 429 with Retry-After): no job of this operation
+   * (of this job's `rateLimit` key) starts for `ms`, on any worker. Only for an operation with a
+   * `rateLimit`; to also end this attempt as refused, throw `RateLimited`.
+   */
+  backoff(ms: number): Promise<void>;
 }
 
 export interface LookupContext {
@@ -102,6 +109,10 @@ export interface OperationSpec<I, R> {
    * waits until someone decides. Default `DEFAULT_APPROVAL_TIMEOUT_MS` (24 hours).
    */
   approvalTimeoutMs?: number | null;
+  /** At most `max` starts in any `perMs` window, across every worker (per `key`, if given). */
+  rateLimit?: RateLimitSpec<I>;
+  /** At most `max` attempts leased at once, across every worker (per `key`, if given). */
+  concurrency?: ConcurrencySpec<I>;
 }
 
 export interface Operation<I = unknown, R = unknown> {
@@ -117,6 +128,8 @@ export interface Operation<I = unknown, R = unknown> {
   readonly recovery: 'lookup' | 'same-key' | 'review';
   /** Jobs that need approval time out after this long (null: never). */
   readonly approvalTimeoutMs: number | null;
+  /** Its `rateLimit` and `concurrency`, validated (null: none): its jobs take the limited claim. */
+  readonly flow: FlowLimit | null;
   /** Brand, so a module's exports can be scanned for operations. */
   readonly __reckonOperation: true;
 }
@@ -160,6 +173,11 @@ export function defineOperation<I, R>(spec: OperationSpec<I, R>): Operation<I, R
     throw new InvalidInput(`${where}: input must be a zod schema (z.object({ … }))`);
   const idempotentWithKey = spec.idempotentWithKey ?? false;
   const approvalTimeoutMs = approvalTimeoutOf(spec, where);
+  const flow = flowLimitOf(
+    spec.name,
+    spec.rateLimit,
+    spec.concurrency,
+  );
   return Object.freeze({
     name: spec.name,
     spec,
@@ -170,6 +188,7 @@ export function defineOperation<I, R>(spec: OperationSpec<I, R>): Operation<I, R
     parseInput: inputParser(spec),
     recovery: spec.lookup ? 'lookup' : idempotentWithKey ? 'same-key' : 'review',
     approvalTimeoutMs,
+    flow,
     __reckonOperation: true,
   } as const);
 }

@@ -4,12 +4,14 @@
  * fenced write of the outcome, or late evidence when the worker was fenced out (invariant 7).
  */
 import type { Clock, ClockTimer } from '../core/clock.js';
-import { decideAfterAttempt, type AttemptOutcome } from '../core/decide.js';
+import { decideAfterAttempt, decideAfterRefusal, type AttemptOutcome } from '../core/decide.js';
+import { flowKeysOf, type ConcurrencySpec, type RateLimitSpec } from '../core/flow.js';
 import {
   CallbackFailed,
   DefiniteFailure,
   InvariantViolation,
   LeaseLost,
+  RateLimited,
   ReckonError,
   errorCode,
   safeErrorInfo,
@@ -235,10 +237,22 @@ export class AttemptRun {
     // A marker write still in flight decides which side of the boundary we are on.
     if (this.markerWrite) await this.markerWrite.catch(() => undefined);
     onSettled?.();
+    // A refusal (RateLimited) is a definitive "not done": FAILED, or FAILED_BEFORE_SEND when
+    // nothing was sent, and the job waits as the downstream asked (decideAfterRefusal).
+    const refusedMs = ok ? undefined : refusalOf(failure);
     const { outcome, error } = ok
       ? { outcome: { state: 'SUCCEEDED' } as const, error: undefined }
-      : this.judge(failure);
-    const end = await this.record(outcome, ok ? result : undefined, error, attempt.attemptNo);
+      : refusedMs !== undefined
+        ? { outcome: { state: 'FAILED', retryable: true } as const, error: safeErrorInfo(failure) }
+        : this.judge(failure);
+    if (refusedMs !== undefined) await this.backoff(refusedMs).catch(() => undefined);
+    const end = await this.record(
+      outcome,
+      ok ? result : undefined,
+      error,
+      attempt.attemptNo,
+      refusedMs,
+    );
     this.finished = true;
     clock.clearTimeout(this.watchdog);
     // An answer that came while the outcome was being written is evidence too.
@@ -316,7 +330,33 @@ export class AttemptRun {
       },
       log: this.log,
       dispatch: <T>(fn: () => Promise<T>) => this.dispatch(fn),
+      backoff: (ms: number) => this.backoff(ms),
     };
+  }
+
+  /**
+   * `ctx.backoff`: no job of this operation (of this job's rate key) starts for `ms`, on any
+   * worker: a hold in the store that every limited claim reads. An operation without a
+   * `rateLimit` has no shared slot to push out: the call only logs.
+   */
+  private async backoff(ms: number): Promise<void> {
+    if (!Number.isFinite(ms) || ms < 0)
+      throw new TypeError(`ctx.backoff(ms) needs a duration >= 0 in ms, got ${String(ms)}`);
+    const spec = this.op.spec as {
+      rateLimit?: RateLimitSpec<never>;
+      concurrency?: ConcurrencySpec<never>;
+    };
+    if (!spec.rateLimit) {
+      this.log.warn({ backoffMs: ms }, 'ctx.backoff: the operation has no rateLimit; nothing held');
+      return;
+    }
+    const { rateKey } = flowKeysOf(this.op.name, spec.rateLimit, undefined, this.claimed.job.input);
+    await this.host.store.flowBackoff({
+      operation: this.op.name,
+      rateKey: rateKey ?? '',
+      delayMs: Math.ceil(ms),
+    });
+    this.log.info({ backoffMs: ms, rateKey }, 'rate limit held by the downstream');
   }
 
   private async dispatch<T>(fn: () => Promise<T>): Promise<T> {
@@ -498,20 +538,24 @@ export class AttemptRun {
     result: unknown,
     error: ErrorInfo | undefined,
     attemptNo: number,
+    refusedMs?: number,
   ): Promise<AttemptEnd> {
     const { job } = this.claimed;
     // A DefiniteFailure thrown before dispatch is the operation's own verdict: FAILED_BEFORE_SEND, no retry.
     const attemptState =
       outcome.state === 'FAILED' && !this.dispatched ? 'FAILED_BEFORE_SEND' : outcome.state;
-    const next = decideAfterAttempt(outcome, attemptNo, {
-      maxAttempts: job.maxAttempts,
-      backoff: job.backoff,
-      jitterSeed: seedOf(job.id),
-    });
+    const next =
+      refusedMs !== undefined
+        ? decideAfterRefusal(refusedMs, attemptNo)
+        : decideAfterAttempt(outcome, attemptNo, {
+            maxAttempts: job.maxAttempts,
+            backoff: job.backoff,
+            jitterSeed: seedOf(job.id),
+          });
     const finish: AttemptFinish = {
       lease: this.lease,
       state: attemptState,
-      reason: this.reasonFor(outcome, error),
+      reason: refusedMs !== undefined ? 'rate-limited' : this.reasonFor(outcome, error),
       resultJson: outcome.state === 'SUCCEEDED' ? encodeResult(result) : null,
       error: error ?? null,
       job: {
@@ -629,4 +673,18 @@ async function writeUnfenced(
 function provablyNotSent(err: unknown): boolean {
   const code = errorCode(err);
   return code !== undefined && NOT_SENT_CODES.has(code);
+}
+
+/**
+ * The wait a `RateLimited` refusal asks for, or undefined for any other failure. Matched by its
+ * code as well as its class: an operations module may load its own copy of reckon.
+ */
+function refusalOf(err: unknown): number | undefined {
+  if (err instanceof RateLimited) return err.retryAfterMs;
+  const e = err as { code?: unknown; retryAfterMs?: unknown } | null;
+  if (typeof e === 'object' && e !== null && e.code === 'RATE_LIMITED') {
+    const ms = e.retryAfterMs;
+    if (typeof ms === 'number' && Number.isFinite(ms) && ms >= 0) return ms;
+  }
+  return undefined;
 }

@@ -42,6 +42,12 @@ export interface RuntimeObserver {
   storeCommit?(e: { store: string; write: string; callers: number; ms: number }): void;
   /** Optional: outstanding `call`/`waitFor` waits of this queue went up (+1) or down (-1). */
   callWaiters?(delta: 1 | -1): void;
+  /** Optional: a limited claim left due jobs of an operation behind, held by a limit (issue #30). */
+  flowHeld?(e: { operation: string; limit: 'rate' | 'concurrency'; jobs: number }): void;
+  /** Optional: a job of a limited operation was claimed `waitMs` after it was due. */
+  flowClaimed?(e: { operation: string; waitMs: number }): void;
+  /** Optional: a schedule's slot was enqueued (`lagMs` after its time) or skipped as missed. */
+  scheduleSlot?(e: { schedule: string; outcome: 'enqueued' | 'skipped'; lagMs: number }): void;
 }
 
 export const noopObserver: RuntimeObserver = {

@@ -9,6 +9,7 @@ import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { errorMessage, OperationsModuleError } from '../core/errors.js';
 import { isOperation, type AnyOperation } from '../core/operation.js';
+import { isSchedule, type Schedule } from '../core/schedule.js';
 
 export async function loadOperations(spec: string): Promise<AnyOperation[]> {
   const path = resolve(process.cwd(), spec);
@@ -66,4 +67,23 @@ export function operationsOf(mod: Record<string, unknown>, path = '(module)'): A
     byName.set(c.name, c);
   }
   return [...byName.values()];
+}
+
+/**
+ * The schedules (`defineSchedule`) an operations module exports, named or in its default export
+ * (an array or an object of them): `reckon work` and worker children tick them.
+ */
+export async function loadSchedules(spec: string): Promise<Schedule[]> {
+  const path = resolve(process.cwd(), spec);
+  // Already loaded by loadOperations: the module cache answers.
+  const mod = (await import(pathToFileURL(path).href)) as Record<string, unknown>;
+  const found = new Map<string, Schedule>();
+  for (const [name, value] of Object.entries(mod)) {
+    const values =
+      name === 'default' && typeof value === 'object' && value !== null
+        ? Object.values(value as Record<string, unknown>)
+        : [value];
+    for (const v of values) if (isSchedule(v)) found.set(v.name, v);
+  }
+  return [...found.values()];
 }

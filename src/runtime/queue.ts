@@ -11,6 +11,7 @@ import {
   safeMessage,
 } from '../core/errors.js';
 import { randomOf, systemClock, type Clock } from '../core/clock.js';
+import { flowKeysOf } from '../core/flow.js';
 import { encodePayload, fingerprintOf, sha256Hex, type Json } from '../core/json.js';
 import {
   approvalOf,
@@ -23,6 +24,7 @@ import type { JobState } from '../core/states.js';
 import { isJobState } from '../core/states.js';
 import type { JobDetail, JobInsert, JobInsertResult, JobRecord, Store } from '../store/store.js';
 import { Approvals } from './approvals.js';
+import { Queues, Schedules } from './flow.js';
 import { noopObserver, safeLogger, silentLogger, type RuntimeObserver } from './observer.js';
 import { Faults } from './faults.js';
 import { Reclaimer } from './reclaimer.js';
@@ -106,6 +108,10 @@ export class Queue {
   readonly review: Review;
   /** Jobs of operations defined with `approval`: list them, approve or deny. */
   readonly approvals: Approvals;
+  /** Pause and resume queues and operations; list queues with their counts (flow.ts). */
+  readonly queues: Queues;
+  /** The schedules the store knows, with their next run (flow.ts). */
+  readonly schedules: Schedules;
   readonly log: Logger;
   readonly faults: Faults;
   readonly observer: RuntimeObserver;
@@ -135,6 +141,8 @@ export class Queue {
       throw new InvalidInput('payloadBytesMax must be a positive integer (bytes)');
     for (const op of options.operations ?? []) this.register(op);
     this.review = new Review(this);
+    this.queues = new Queues(this);
+    this.schedules = new Schedules(this);
     const pollMs = options.outcomePollMs;
     if (pollMs !== undefined && (!Number.isInteger(pollMs) || pollMs < 1 || pollMs > 3_600_000))
       throw new InvalidInput('outcomePollMs must be an integer from 1 to 3600000 (ms)');
@@ -360,6 +368,8 @@ export class Queue {
       timeoutMs: op.timeoutMs,
       reconcileGraceMs: Math.round(op.reconcile.graceMs),
       ...(approval ? { approval: { ...approval, expiresInMs: op.approvalTimeoutMs } } : {}),
+      // The keys its limits count it under, computed once (issue #30).
+      ...(op.flow ? flowKeysOf(op.name, op.spec.rateLimit, op.spec.concurrency, input) : {}),
     };
   }
 

@@ -22,6 +22,8 @@ import type { JobEvent } from './events.js';
 import { Reclaimer } from './reclaimer.js';
 import { Reconciler } from './reconciler.js';
 import { Retention, retentionSettings, type RetentionOptions } from './retention.js';
+import { FlowClaimer, ScheduleRunner, type ScheduleHost } from './flow.js';
+import type { Schedule } from '../core/schedule.js';
 import { workerSettings, type WorkerSettings } from './settings.js';
 
 export type { JobEvent } from './events.js';
@@ -32,6 +34,8 @@ export interface WorkerOptions extends Partial<WorkerSettings> {
   ownerId?: string;
   /** Deleting old terminal histories (with `recover`): 'off', or ages per state (retention.ts). */
   retention?: RetentionOptions;
+  /** Schedules this worker ticks (each slot is one job, however many workers tick it). */
+  schedules?: Schedule[];
 }
 
 /**
@@ -51,6 +55,8 @@ export interface WorkerHost {
   operation(name: string): AnyOperation | undefined;
   /** Ends approvals past their deadline (the worker's recovery loops run it). */
   readonly approvals: { expireOnce(actor: string): Promise<unknown> };
+  /** Enqueues a schedule's slots. */
+  enqueueMany: ScheduleHost['enqueueMany'];
 }
 
 export class Worker extends EventEmitter implements AttemptHost {
@@ -66,6 +72,11 @@ export class Worker extends EventEmitter implements AttemptHost {
   /** The retention loop, or null when retention is off. */
   readonly retention: Retention | null;
   private readonly ops = new Map<string, AnyOperation>();
+  /** Operations without limits: the plain claim takes them (all of them when none is limited). */
+  private readonly plainOps: string[];
+  /** Claims of operations with a `rateLimit` or `concurrency` (flow.ts). */
+  private readonly flow: FlowClaimer;
+  private readonly scheduler: ScheduleRunner | null;
   /** Every attempt this worker holds a lease for: waiting to start, executing, or finishing. */
   private readonly inFlight = new Map<string, { run: AttemptRun; done: Promise<void> }>();
   /** Claimed ahead (prefetch), waiting for an execution slot. */
@@ -132,6 +143,22 @@ export class Worker extends EventEmitter implements AttemptHost {
     this.observer = queue.observer;
     this.clock = queue.clock;
     for (const op of options.operations) this.ops.set(op.name, op);
+    this.plainOps = [...this.ops.values()].filter((op) => !op.flow).map((op) => op.name);
+    const flowHost = {
+      store: this.store,
+      clock: queue.clock,
+      log: this.log,
+      observer: this.observer,
+      ownerId: this.ownerId,
+      wake: () => this.workArrived(),
+    };
+    this.flow = new FlowClaimer(flowHost, [...this.ops.values()]);
+    this.scheduler = options.schedules?.length
+      ? new ScheduleRunner(
+          { ...flowHost, enqueueMany: (op, items) => queue.enqueueMany(op, items) },
+          options.schedules,
+        )
+      : null;
     this.reclaimer = new Reclaimer(
       queue,
       {
@@ -225,6 +252,10 @@ export class Worker extends EventEmitter implements AttemptHost {
       const expire = () => this.queue.approvals.expireOnce(`approvals:${this.ownerId}`);
       this.loops.push(this.loop('approvals', expire, this.settings.reclaimIntervalMs));
     }
+    if (this.scheduler)
+      this.loops.push(
+        this.scheduler.loop(this.stopSignal.signal, (err) => this.reportError('schedule', err)),
+      );
   }
 
   /** Graceful: stops claiming, lets in-flight attempts finish (aborting them after shutdownTimeoutMs). */
@@ -238,6 +269,7 @@ export class Worker extends EventEmitter implements AttemptHost {
     this.log.info({ ownerId: this.ownerId, inFlight: this.inFlight.size }, 'worker stopping');
     this.queue.notifier.off('enqueued', this.onEnqueued);
     this.stopSignal.abort();
+    this.flow.stop();
     // A claim in flight when stop began may still hand us attempts: wait for it (and for the
     // enqueues handing us jobs), then drain them too.
     await this.loops[0];
@@ -378,21 +410,35 @@ export class Worker extends EventEmitter implements AttemptHost {
     // Started before the claim is sent, so the local deadline is never later than the store's.
     const sentAt = this.clock.monotonic();
     this.faults.hit('before-attempt-commit');
-    const claimed = await this.store.attemptClaimMany({
-      ownerId: this.ownerId,
-      queues: this.settings.queues,
-      operations: [...this.ops.keys()],
-      limit,
-      leaseMs: this.settings.leaseMs,
-    });
+    const claimed = await this.claimUpTo(limit);
     for (const c of claimed) this.hold(c, sentAt);
-    this.drained = claimed.length < limit;
+    // Jobs held back by a limit may be claimable as soon as a slot frees.
+    this.drained = claimed.length < limit && !this.flow.heldLast;
     this.pump();
     return (
       claimed.length === limit &&
       this.executing + this.waiting.length < concurrency + prefetch &&
       this.inFlight.size < this.holdMax
     );
+  }
+
+  /**
+   * Limited operations through their own claim (the store judges their limits), then the others
+   * through the plain claim, untouched when no operation is limited.
+   */
+  private async claimUpTo(limit: number): Promise<ClaimedAttempt[]> {
+    const { queues, leaseMs } = this.settings;
+    const limited =
+      this.flow.limits.length > 0 ? await this.flow.claim({ queues, limit, leaseMs }) : [];
+    if (this.plainOps.length === 0 || limited.length >= limit) return limited;
+    const plain = await this.store.attemptClaimMany({
+      ownerId: this.ownerId,
+      queues,
+      operations: this.plainOps,
+      limit: limit - limited.length,
+      leaseMs,
+    });
+    return limited.length === 0 ? plain : [...limited, ...plain];
   }
 
   /** Takes a claimed attempt: its lease is heartbeated from now on; it runs when a slot frees. */
@@ -446,6 +492,8 @@ export class Worker extends EventEmitter implements AttemptHost {
   handOffOffer(queue: string, operation: string): { ownerId: string; leaseMs: number } | undefined {
     if (!this.running || this.stopSignal.signal.aborted || !this.drained) return undefined;
     if (!this.ops.has(operation) || !this.settings.queues.includes(queue)) return undefined;
+    // A limited operation's jobs start only through the limited claim.
+    if (this.ops.get(operation)!.flow) return undefined;
     const promised = this.executing + this.waiting.length + this.handOffsPending;
     if (promised >= this.settings.concurrency) return undefined;
     if (this.inFlight.size + this.handOffsPending >= this.holdMax) return undefined;

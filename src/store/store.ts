@@ -15,6 +15,7 @@ import type { ErrorInfo } from '../core/errors.js';
 import type { Json } from '../core/json.js';
 import type { BackoffPolicy } from '../core/retry.js';
 import type { AttemptState, JobState, Resolution } from '../core/states.js';
+import type { FlowLimit } from '../core/flow.js';
 
 export interface JobRecord {
   id: string;
@@ -121,6 +122,9 @@ export interface JobInsert {
   leaseTo?: { ownerId: string; leaseMs: number };
   /** Present: the job is written AWAITING_APPROVAL, and expires `expiresInMs` from now (null: never). */
   approval?: { reason: string | null; expiresInMs: number | null };
+  /** The keys of its operation's limits (core/flow.ts `flowKeysOf`); absent: none. */
+  rateKey?: string | null;
+  concurrencyKey?: string | null;
 }
 
 export type JobInsertResult =
@@ -292,6 +296,43 @@ export interface ApprovalStats {
   byOperation: { operation: string; awaiting: number; oldestAt: number }[];
 }
 
+/** `attemptClaimLimited`: claims of operations with a `rateLimit` or `concurrency`. */
+export interface FlowClaimParams {
+  ownerId: string;
+  queues: string[];
+  /** One entry per limited operation to claim. */
+  limits: FlowLimit[];
+  limit: number;
+  leaseMs: number;
+}
+
+export interface FlowClaimResult {
+  claimed: ClaimedAttempt[];
+  /** How soon a rate slot frees for a due job left behind (ms from now), or null. */
+  retryInMs: number | null;
+  /** Due jobs the claim saw and left behind, by operation and by the limit that held them. */
+  held: { operation: string; rate: number; concurrency: number }[];
+}
+
+/** A paused queue or operation: no claim takes its jobs until it is resumed. */
+export interface PauseRecord {
+  kind: 'queue' | 'operation';
+  name: string;
+  actor: string;
+  reason: string | null;
+  pausedAt: number;
+}
+
+/** A schedule as the store knows it: the last slot judged, whoever ticked. */
+export interface ScheduleRecord {
+  name: string;
+  cron: string;
+  timezone: string | null;
+  operation: string;
+  lastSlotAt: number;
+  updatedAt: number;
+}
+
 export interface StoreCapabilities {
   /** Whose clock judges leases. */
   readonly clock: 'host' | 'database';
@@ -452,4 +493,38 @@ export interface Store {
    */
   onCommit?(fn: (c: StoreCommit) => void): () => void;
   statsGet(): Promise<StoreStats>;
+
+  // ---------------------------------------------------------------- flow control (issue #30)
+
+  /**
+   * Claims due QUEUED jobs of limited operations, in claim order, leasing only what their limits
+   * allow: per key, at most `concurrency.max` LEASED at once and `rate.max` starts in any
+   * `rate.perMs` window, none while a hold (`flowBackoff`) lasts. Keys at a limit are skipped,
+   * never waited for. Paused queues and operations are skipped as in `attemptClaimMany`.
+   */
+  attemptClaimLimited(p: FlowClaimParams): Promise<FlowClaimResult>;
+  /** No start of this operation's rate key before now + delayMs (a later hold is kept). */
+  flowBackoff(p: { operation: string; rateKey: string; delayMs: number }): Promise<void>;
+  /** Pauses (or resumes) a queue or an operation; returns whether that changed anything. */
+  pauseSet(p: {
+    kind: 'queue' | 'operation';
+    name: string;
+    paused: boolean;
+    actor: string;
+    reason: string | null;
+  }): Promise<boolean>;
+  pauseList(): Promise<PauseRecord[]>;
+  /**
+   * Records a schedule's definition; a new one starts with its last slot at now (store clock), so
+   * that only slots from now on are enqueued. Returns the record as stored.
+   */
+  scheduleRegister(p: {
+    name: string;
+    cron: string;
+    timezone: string | null;
+    operation: string;
+  }): Promise<ScheduleRecord>;
+  /** Moves the schedule's last slot forward to `lastSlotAt` (never back). */
+  scheduleAdvance(p: { name: string; lastSlotAt: number }): Promise<void>;
+  scheduleList(): Promise<ScheduleRecord[]>;
 }

@@ -6,7 +6,7 @@
  * `kill` fault ends the process). Configured by its environment (see child-config.ts);
  * `RECKON_FAULTS` arms fault points.
  */
-import { loadOperations } from '../runtime/operations-module.js';
+import { loadOperations, loadSchedules } from '../runtime/operations-module.js';
 import type { AnyOperation } from '../core/operation.js';
 import { openQueue } from '../index.js';
 import { createLogger } from '../observe/logger.js';
@@ -42,8 +42,10 @@ async function main(): Promise<void> {
   });
   q.faults.onFire = (point, action) => process.stdout.write(`fault ${point} ${action}\n`);
   const operations = await operationsFor(c);
+  const schedules = c.operationsModule ? await loadSchedules(c.operationsModule) : [];
   const worker = q.worker({
     operations,
+    ...(schedules.length > 0 ? { schedules } : {}),
     concurrency: c.concurrency,
     leaseMs: c.leaseMs,
     clockSkewToleranceMs: c.clockSkewToleranceMs,

@@ -14,7 +14,7 @@ import { parseRetentionSpec, type RetentionOptions } from '../../runtime/retenti
 import type { Worker } from '../../runtime/worker.js';
 import { parseAllowedHosts } from '../../server/host-check.js';
 import { startMetricsServer, type HttpEndpoint } from '../../server/metrics-server.js';
-import { loadOperations, OPERATIONS_HELP } from '../operations-module.js';
+import { loadOperations, loadSchedules, OPERATIONS_HELP } from '../operations-module.js';
 import { formatDuration, printJson, println } from '../output.js';
 import { intOption, listOption } from '../parse.js';
 import { addJsonOption, addStoreOption, openCliQueue, type StoreFlags } from '../store-option.js';
@@ -122,6 +122,8 @@ export function registerWork(program: Command): void {
 
 async function runWork(flags: WorkFlags): Promise<void> {
   const operations = await loadOperations(flags.operations);
+  // Schedules the module exports are ticked by this worker (each slot one job, fleet-wide).
+  const schedules = await loadSchedules(flags.operations);
   const logger = createLogger({ level: flags.logLevel });
   const metrics = flags.metricsPort === undefined ? undefined : new Metrics();
   const q = await openCliQueue(flags.store, {
@@ -153,6 +155,7 @@ async function runWork(flags: WorkFlags): Promise<void> {
   try {
     worker = q.worker({
       operations,
+      ...(schedules.length > 0 ? { schedules } : {}),
       concurrency: flags.concurrency,
       prefetch: flags.prefetch,
       leaseMs: flags.leaseMs,

@@ -37,3 +37,4 @@ export {
   restoredApprovalEvent,
   type RestoreReconcile,
 } from './restore.js';
+export { planFlowClaim, type FlowCandidate, type FlowClaimPlan, type FlowCounts } from './flow.js';

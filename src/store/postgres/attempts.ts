@@ -205,7 +205,7 @@ export function leaseKey(jobId: string, attemptNo: number): string {
 }
 
 /** The claim statement's row: the job's columns (times in ms) and its new attempt's. */
-type ClaimRow = JobRow & {
+export type ClaimRow = JobRow & {
   a_lease_token: string;
   a_leased_at: number;
   a_lease_expires_at: number;

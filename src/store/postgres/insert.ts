@@ -334,6 +334,10 @@ function sharedColumn(
       return j.approval?.reason ?? null;
     case 'approval_expires_ms':
       return j.approval?.expiresInMs ?? null;
+    case 'rate_key':
+      return j.rateKey ?? null;
+    case 'concurrency_key':
+      return j.concurrencyKey ?? null;
   }
 }
 

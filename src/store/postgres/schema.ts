@@ -229,6 +229,48 @@ CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at) WHERE finished_at
     name: 'lookup grace recorded with the job',
     sql: `ALTER TABLE jobs ADD COLUMN IF NOT EXISTS reconcile_grace_ms bigint NOT NULL DEFAULT 5000;`,
   },
+  {
+    // Flow control (issue #30): as SQLite's migration 11 (see there). Claims of limited
+    // operations serialize per key with transaction-scoped advisory locks, taken with
+    // pg_try_advisory_xact_lock so that a claimer skips a busy key instead of queueing on it.
+    version: 11,
+    name: 'flow control: limits, pauses, schedules',
+    sql: `
+ALTER TABLE jobs
+  ADD COLUMN IF NOT EXISTS rate_key text,
+  ADD COLUMN IF NOT EXISTS concurrency_key text;
+CREATE INDEX IF NOT EXISTS jobs_flow_leased ON jobs (operation, concurrency_key)
+  WHERE state = 'LEASED' AND concurrency_key IS NOT NULL;
+CREATE TABLE IF NOT EXISTS flow_starts (
+  operation text NOT NULL,
+  rate_key  text NOT NULL,
+  at        timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS flow_starts_key ON flow_starts (operation, rate_key, at);
+CREATE TABLE IF NOT EXISTS flow_holds (
+  operation text NOT NULL,
+  rate_key  text NOT NULL,
+  until     timestamptz NOT NULL,
+  PRIMARY KEY (operation, rate_key)
+);
+CREATE TABLE IF NOT EXISTS flow_pauses (
+  kind      text NOT NULL CHECK (kind IN ('queue', 'operation')),
+  name      text NOT NULL,
+  actor     text NOT NULL,
+  reason    text,
+  paused_at timestamptz NOT NULL,
+  PRIMARY KEY (kind, name)
+);
+CREATE TABLE IF NOT EXISTS flow_schedules (
+  name         text PRIMARY KEY,
+  cron         text NOT NULL,
+  timezone     text,
+  operation    text NOT NULL,
+  last_slot_at timestamptz NOT NULL,
+  updated_at   timestamptz NOT NULL
+);
+`,
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

@@ -156,7 +156,27 @@ export const NEW_JOB_SHARED = [
   ['approval', 'boolean'],
   ['approval_reason', 'text'],
   ['approval_expires_ms', 'bigint'],
+  // Flow control: the keys of the operation's limits (NULL: no such limit)
+  ['rate_key', 'text'],
+  ['concurrency_key', 'text'],
 ] as const;
+
+/**
+ * Flow control's filter for the claim's candidates (alias `j`): no job of a paused queue or
+ * operation. Each ARRAY is uncorrelated, so it runs once per statement (an InitPlan), and with
+ * nothing paused each row only compares against an empty array.
+ */
+export function flowPauseFilter(s: string, j = 'j'): string {
+  return `AND ${j}.queue <> ALL (ARRAY(SELECT name FROM ${s}.flow_pauses WHERE kind = 'queue'))
+    AND ${j}.operation <> ALL (ARRAY(SELECT name FROM ${s}.flow_pauses WHERE kind = 'operation'))`;
+}
+
+/** The hand-off's filter (a `due` row `d`): never to a paused queue or operation. */
+export function handOffUnpaused(s: string): string {
+  return `AND NOT EXISTS (
+      SELECT 1 FROM ${s}.flow_pauses p JOIN input n ON n.id = d.id
+      WHERE (p.kind = 'queue' AND p.name = n.queue) OR (p.kind = 'operation' AND p.name = n.operation))`;
+}
 
 /** A new job's state (`n` a row of `input`). */
 export const QUEUED_OR_AWAITING = `CASE WHEN n.approval THEN 'AWAITING_APPROVAL' ELSE 'QUEUED' END`;

@@ -7,6 +7,7 @@ import {
   LEASE_HOLDS,
   NOW,
   fail,
+  flowPauseFilter,
   jobColumns,
   lockedLeases,
   millis,
@@ -19,7 +20,7 @@ import {
 // transaction only): nothing acts on a claim but its dispatch marker, a synchronous commit
 // after it, and WAL is flushed in order, so the marker is never durable without its claim. A
 // claim lost to a server crash was acted on by nobody: its job is simply QUEUED again.
-function claim(t: Tables, picked: string): string {
+export function claim(t: Tables, picked: string): string {
   const { jobs, attempts, events } = t;
   return `
 WITH now AS MATERIALIZED (SELECT ${NOW} AS t, set_config('synchronous_commit', 'off', true) AS async),${picked},
@@ -80,6 +81,7 @@ picked AS MATERIALIZED (
   SELECT j.id FROM ${jobs} j
   WHERE j.state = 'QUEUED' AND j.queue = $1::text AND j.run_at <= (SELECT t FROM now)
     AND j.operation = ANY($2::text[])
+    ${flowPauseFilter(t.s)}
   ORDER BY j.priority DESC, j.run_at, j.id
   LIMIT ${limit}
   FOR UPDATE SKIP LOCKED
@@ -102,6 +104,7 @@ picked AS MATERIALIZED (
     SELECT j.id, j.priority, j.run_at FROM ${jobs} j
     WHERE j.state = 'QUEUED' AND j.queue = qs.q AND j.run_at <= (SELECT t FROM now)
       AND j.operation = ANY($2::text[])
+      ${flowPauseFilter(t.s)}
     ORDER BY j.priority DESC, j.run_at, j.id
     LIMIT ${limit}
     FOR UPDATE SKIP LOCKED

@@ -9,6 +9,7 @@ import {
   NOW,
   QUEUED_OR_AWAITING,
   fromMs,
+  handOffUnpaused,
   millis,
   toMs,
   type Tables,
@@ -41,11 +42,11 @@ function insertJobsAs(jobs: string, state: string, attemptCount: string, from: s
   return `
   INSERT INTO ${jobs} (id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id,
     state, priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms,
-    reconcile_grace_ms, attempt_count, approval_reason, approval_expires_at)
+    reconcile_grace_ms, attempt_count, approval_reason, approval_expires_at, rate_key, concurrency_key)
   SELECT n.id, n.queue, n.operation, n.input_json, n.request_key, n.request_fingerprint, n.run_id, n.step_id,
     ${state}, n.priority, coalesce(${fromMs('n.run_at')}, now.t + ${millis('n.delay_ms')}), now.t, now.t,
     n.max_attempts, n.backoff_json, n.timeout_ms, n.reconcile_grace_ms, ${attemptCount},
-    n.approval_reason, now.t + ${millis('n.approval_expires_ms')}
+    n.approval_reason, now.t + ${millis('n.approval_expires_ms')}, n.rate_key, n.concurrency_key
   FROM ${from}`;
 }
 
@@ -136,7 +137,7 @@ handed AS MATERIALIZED (
   SELECT d.id, d.owner_id, d.lease_token,
     now.t + ${millis('d.lease_ms')} AS lease_expires_at
   FROM due d CROSS JOIN now
-  WHERE d.owner_id IS NOT NULL AND d.due_now
+  WHERE d.owner_id IS NOT NULL AND d.due_now ${handOffUnpaused(t.s)}
     AND NOT EXISTS (
       SELECT 1 FROM ${jobs} j
       WHERE j.state = 'QUEUED' AND j.queue = d.queue AND j.run_at <= now.t

@@ -20,6 +20,7 @@
 import { NOW, fromMs, millis, quoteIdent, type Tables } from './sql-parts.js';
 import { handOffStatements, insertStatements } from './statements-insert.js';
 import { claimStatements, dispatchStatements, finishStatements } from './statements-hot.js';
+import { flowStatements } from './statements-flow.js';
 
 export {
   FAIL_MARK,
@@ -47,6 +48,7 @@ export function statements(schema: string) {
     ...claimStatements(t),
     ...dispatchStatements(t),
     ...finishStatements(t),
+    ...flowStatements(t),
   };
 }
 

@@ -7,6 +7,7 @@ import { leaseHolds, newLeaseToken } from '../rules.js';
 import { jobFromRow, newLeasedAttempt, type JobRow } from '../rows.js';
 import type { ClaimedAttempt, DispatchMarkResult, HeartbeatResult, LeaseRef } from '../store.js';
 import type { SqliteHandle } from './handle.js';
+import { claimableNow } from './flow.js';
 import { fenceView } from './moves.js';
 import { getAttempt } from './reads.js';
 import {
@@ -98,11 +99,14 @@ export function attemptClaimMany(h: SqliteHandle, p: ClaimParams): Promise<Claim
   return h.writer.write(
     () => {
       const now = h.now();
+      // Paused queues and operations are left out (flow.ts), judged in this transaction.
+      const open = claimableNow(h, queues, p.operations);
+      if (!open) return [];
       // Read in claim order, then leased one by one by rowid: no RETURNING (SQLite gathers
       // returned rows in an ephemeral table) and no `rowid IN (…)` set to build.
       const rows = h
-        .rawStmt(claimSql(queues.length, p.operations.length))
-        .all(claimArgs(now, queues, p.operations, p.limit)) as ClaimTuple[];
+        .rawStmt(claimSql(open.queues.length, open.operations.length))
+        .all(claimArgs(now, open.queues, open.operations, p.limit)) as ClaimTuple[];
       if (rows.length === 0) return [];
       return leaseRows(h, p, rows, now);
     },
@@ -112,9 +116,9 @@ export function attemptClaimMany(h: SqliteHandle, p: ClaimParams): Promise<Claim
 }
 
 /** Leases the claimed rows, inside the claim's write: the job, a new attempt, its event. */
-function leaseRows(
+export function leaseRows(
   h: SqliteHandle,
-  p: ClaimParams,
+  p: Pick<ClaimParams, 'ownerId' | 'leaseMs'>,
   rows: ClaimTuple[],
   now: number,
 ): ClaimedAttempt[] {

@@ -227,6 +227,53 @@ CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at) WHERE finished_at
       { table: 'jobs', column: 'reconcile_grace_ms', type: 'INTEGER NOT NULL DEFAULT 5000' },
     ],
   },
+  {
+    // Flow control (issue #30). Each job carries the keys its operation's limits put it under,
+    // computed at enqueue (NULL: no limit of that kind; '' the operation-wide key), so that a
+    // claim counts and filters in SQL. Rate limits count starts in flow_starts (a sliding window:
+    // at most max starts in any perMs); flow_holds pushes a key's next start out (a downstream's
+    // Retry-After). flow_pauses: queues and operations whose jobs no claim takes. flow_schedules:
+    // each schedule's last enqueued slot, so that a slot is judged once, whoever ticks.
+    // jobs_flow_leased counts the leased jobs of a limited key: only limited jobs enter it.
+    version: 11,
+    name: 'flow control: limits, pauses, schedules',
+    columns: [
+      { table: 'jobs', column: 'rate_key', type: 'TEXT' },
+      { table: 'jobs', column: 'concurrency_key', type: 'TEXT' },
+    ],
+    sql: `
+CREATE INDEX IF NOT EXISTS jobs_flow_leased ON jobs (operation, concurrency_key)
+  WHERE state = 'LEASED' AND concurrency_key IS NOT NULL;
+CREATE TABLE IF NOT EXISTS flow_starts (
+  operation TEXT NOT NULL,
+  rate_key  TEXT NOT NULL,
+  at        INTEGER NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS flow_starts_key ON flow_starts (operation, rate_key, at);
+CREATE TABLE IF NOT EXISTS flow_holds (
+  operation TEXT NOT NULL,
+  rate_key  TEXT NOT NULL,
+  until     INTEGER NOT NULL,
+  PRIMARY KEY (operation, rate_key)
+) STRICT;
+CREATE TABLE IF NOT EXISTS flow_pauses (
+  kind      TEXT NOT NULL CHECK (kind = 'queue' OR kind = 'operation'),
+  name      TEXT NOT NULL,
+  actor     TEXT NOT NULL,
+  reason    TEXT,
+  paused_at INTEGER NOT NULL,
+  PRIMARY KEY (kind, name)
+) STRICT;
+CREATE TABLE IF NOT EXISTS flow_schedules (
+  name         TEXT PRIMARY KEY,
+  cron         TEXT NOT NULL,
+  timezone     TEXT,
+  operation    TEXT NOT NULL,
+  last_slot_at INTEGER NOT NULL,
+  updated_at   INTEGER NOT NULL
+) STRICT;
+`,
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

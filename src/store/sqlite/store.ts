@@ -27,6 +27,8 @@ import type {
   DispatchMarkResult,
   EventInsert,
   ExpiredAttempt,
+  FlowClaimParams,
+  FlowClaimResult,
   HeartbeatResult,
   JobCancelResult,
   JobDetail,
@@ -39,6 +41,8 @@ import type {
   JobStateRow,
   JobTransition,
   LeaseRef,
+  PauseRecord,
+  ScheduleRecord,
   Store,
   StoreCapabilities,
   StoreCommit,
@@ -54,6 +58,7 @@ import { jobPruneMany as pruneJobs, sqliteVacuum } from './retention.js';
 import { WakeChannel, wakeDirectory } from './notify.js';
 import type { SqliteHandle } from './handle.js';
 import * as attempts from './attempts.js';
+import * as flow from './flow.js';
 import * as moves from './moves.js';
 import * as reads from './reads.js';
 
@@ -506,5 +511,46 @@ export class SqliteStore implements Store {
 
   statsGet(): Promise<StoreStats> {
     return reads.statsGet(this.h);
+  }
+
+  // ---------------------------------------------------------------- flow control (flow.ts)
+
+  attemptClaimLimited(p: FlowClaimParams): Promise<FlowClaimResult> {
+    return flow.attemptClaimLimited(this.h, p);
+  }
+
+  flowBackoff(p: { operation: string; rateKey: string; delayMs: number }): Promise<void> {
+    return flow.flowBackoff(this.h, p);
+  }
+
+  pauseSet(p: {
+    kind: 'queue' | 'operation';
+    name: string;
+    paused: boolean;
+    actor: string;
+    reason: string | null;
+  }): Promise<boolean> {
+    return flow.pauseSet(this.h, p);
+  }
+
+  pauseList(): Promise<PauseRecord[]> {
+    return flow.pauseList(this.h);
+  }
+
+  scheduleRegister(p: {
+    name: string;
+    cron: string;
+    timezone: string | null;
+    operation: string;
+  }): Promise<ScheduleRecord> {
+    return flow.scheduleRegister(this.h, p);
+  }
+
+  scheduleAdvance(p: { name: string; lastSlotAt: number }): Promise<void> {
+    return flow.scheduleAdvance(this.h, p);
+  }
+
+  scheduleList(): Promise<ScheduleRecord[]> {
+    return flow.scheduleList(this.h);
   }
 }

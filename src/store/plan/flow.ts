@@ -1,0 +1,116 @@
+/**
+ * Which due jobs of a limited operation a claim may lease (issue #30), given what the store read
+ * under its locks: the jobs leased now per concurrency key, the starts within the rate window per
+ * rate key, and the holds a downstream's Retry-After put on rate keys. Pure: both stores call it
+ * between their reads and their writes, so the rule is written once.
+ */
+import type { FlowLimit } from '../../core/flow.js';
+
+export interface FlowCandidate {
+  /** '' for the operation-wide key (NULL in the row: a job enqueued before the limit existed). */
+  rateKey: string;
+  concurrencyKey: string;
+}
+
+export interface FlowCounts {
+  /** Jobs of the operation LEASED now, by concurrency key. */
+  leased: ReadonlyMap<string, number>;
+  /** Starts within (now - perMs, now], by rate key: how many, and the oldest one's time. */
+  starts: ReadonlyMap<string, { count: number; oldestAt: number }>;
+  /**
+   * Rate keys' next start times (ms), by key: the spacing of their last starts, or a hold a
+   * downstream's Retry-After put there. Times up to `perMs` in the past matter (see `spacedAfter`).
+   */
+  holds: ReadonlyMap<string, number>;
+}
+
+export interface FlowClaimPlan {
+  /** Indexes into the candidates, in claim order. */
+  take: number[];
+  /** Due candidates left behind by the rate limit (or a hold), and by the concurrency limit. */
+  heldByRate: number;
+  heldByConcurrency: number;
+  /** When a rate slot frees for a candidate left behind (ms since the epoch), or null. */
+  retryAt: number | null;
+  /** Rate keys that started: their next start time, to be stored (kept if later there). */
+  nextStartAt: Map<string, number>;
+}
+
+/**
+ * A key's next start time after a start at `now`: one interval (perMs / max) later on the grid
+ * of its earlier starts. A start up to one interval late keeps that grid (a claim that woke a few
+ * ms late does not slow the rate down); later than that, the grid restarts at now.
+ */
+export function spacedAfter(next: number | undefined, now: number, intervalMs: number): number {
+  // An idle key (nothing stored within a window) starts a new grid: no burst after idling.
+  if (next === undefined) return now + intervalMs;
+  return Math.max(next, now - intervalMs) + intervalMs;
+}
+
+/** The interval between two starts of one key: whole ms (the window caps any rounding). */
+export function rateIntervalMs(rate: { max: number; perMs: number }): number {
+  return Math.max(1, Math.floor(rate.perMs / rate.max));
+}
+
+/**
+ * Walks the candidates in claim order and takes each one whose keys have room, counting what it
+ * takes against them, until `want` are taken. A key at its limit is skipped, never waited for:
+ * the jobs of other keys keep flowing.
+ */
+export function planFlowClaim(
+  limit: FlowLimit,
+  candidates: readonly FlowCandidate[],
+  counts: FlowCounts,
+  want: number,
+  now: number,
+): FlowClaimPlan {
+  const started = new Map<string, number>();
+  const nextStartAt = new Map<string, number>();
+  const interval = limit.rate ? rateIntervalMs(limit.rate) : 0;
+  const leasedNow = new Map<string, number>();
+  const take: number[] = [];
+  let heldByRate = 0;
+  let heldByConcurrency = 0;
+  let retryAt: number | null = null;
+  const later = (t: number) => (retryAt = retryAt === null ? t : Math.min(retryAt, t));
+  for (let i = 0; i < candidates.length; i++) {
+    const c = candidates[i]!;
+    if (take.length >= want) break;
+    if (limit.rate) {
+      const hold = nextStartAt.get(c.rateKey) ?? counts.holds.get(c.rateKey);
+      if (hold !== undefined && hold > now) {
+        heldByRate++;
+        later(hold);
+        continue;
+      }
+      const s = counts.starts.get(c.rateKey);
+      const used = (s?.count ?? 0) + (started.get(c.rateKey) ?? 0);
+      if (used >= limit.rate.max) {
+        heldByRate++;
+        // The oldest start leaves the window then; with none in the window (all taken by this
+        // claim), the window's end.
+        later((s && s.count > 0 ? s.oldestAt : now) + limit.rate.perMs);
+        continue;
+      }
+    }
+    if (limit.concurrency) {
+      const busy =
+        (counts.leased.get(c.concurrencyKey) ?? 0) + (leasedNow.get(c.concurrencyKey) ?? 0);
+      if (busy >= limit.concurrency.max) {
+        heldByConcurrency++;
+        continue;
+      }
+      leasedNow.set(c.concurrencyKey, (leasedNow.get(c.concurrencyKey) ?? 0) + 1);
+    }
+    if (limit.rate) {
+      started.set(c.rateKey, (started.get(c.rateKey) ?? 0) + 1);
+      const next = nextStartAt.get(c.rateKey) ?? counts.holds.get(c.rateKey);
+      nextStartAt.set(c.rateKey, spacedAfter(next, now, interval));
+    }
+    take.push(i);
+  }
+  // Keys spaced out are left out of the candidates by the store: their next start still wakes.
+  if (limit.rate && take.length < want)
+    for (const t of counts.holds.values()) if (t > now) later(t);
+  return { take, heldByRate, heldByConcurrency, retryAt, nextStartAt };
+}

@@ -1,0 +1,279 @@
+/**
+ * PostgreSQL flow control (issue #30): the limited claim, holds, pauses and schedules.
+ *
+ * The limited claim is one transaction: lock due candidates (SKIP LOCKED), take the advisory
+ * lock of each of their keys that is free (pg_try_advisory_xact_lock: a key another claimer
+ * holds is skipped, never waited for), read the counts of the locked keys (a fresh snapshot: a
+ * claimer that held a key before has committed, so its leases and starts are counted), let the
+ * plan choose, lease, record the starts. Two claimers never judge one key at once.
+ */
+import type { FlowLimit } from '../../core/flow.js';
+import { jobFromRow, newLeasedAttempt } from '../rows.js';
+import { planFlowClaim, type FlowCandidate, type FlowCounts } from '../plan/index.js';
+import type {
+  ClaimedAttempt,
+  FlowClaimParams,
+  FlowClaimResult,
+  PauseRecord,
+  ScheduleRecord,
+} from '../store.js';
+import type { Queryable } from './commit.js';
+import type { PgHandle } from './handle.js';
+import type { ClaimRow } from './attempts.js';
+
+/** Due jobs a limited claim reads per operation (see the SQLite store's FLOW_CANDIDATES_MAX). */
+export const FLOW_CANDIDATES_MAX = 512;
+
+interface CandidateRow {
+  id: string;
+  rate_key: string;
+  concurrency_key: string;
+}
+
+/** One advisory lock per limit key (hashed by the statement; a collision only skips a key). */
+const lockName = (schema: string, kind: string, op: string, key: string) =>
+  JSON.stringify([schema, kind, op, key]);
+
+export async function attemptClaimLimited(
+  h: PgHandle,
+  schema: string,
+  p: FlowClaimParams,
+): Promise<FlowClaimResult> {
+  if (p.queues.length === 0 || p.limits.length === 0 || p.limit <= 0)
+    return { claimed: [], retryInMs: null, held: [] };
+  const queues = [...new Set(p.queues)];
+  const since = h.commits.start();
+  const result = await h.db.tx(async (c) => {
+    const out: FlowClaimResult = { claimed: [], retryInMs: null, held: [] };
+    for (const limit of p.limits) {
+      const want = p.limit - out.claimed.length;
+      if (want <= 0) break;
+      const one = await claimOne(h, c, schema, queues, limit, want, p);
+      out.claimed.push(...one.claimed);
+      out.held.push({
+        operation: limit.operation,
+        rate: one.heldByRate,
+        concurrency: one.heldByConcurrency,
+      });
+      if (one.retryInMs !== null)
+        out.retryInMs = Math.min(out.retryInMs ?? one.retryInMs, one.retryInMs);
+    }
+    return out;
+  });
+  h.commits.emit('claim', 1, since);
+  return result;
+}
+
+async function claimOne(
+  h: PgHandle,
+  c: Queryable,
+  schema: string,
+  queues: string[],
+  limit: FlowLimit,
+  want: number,
+  p: FlowClaimParams,
+): Promise<{
+  claimed: ClaimedAttempt[];
+  heldByRate: number;
+  heldByConcurrency: number;
+  retryInMs: number | null;
+}> {
+  const window = Math.min(FLOW_CANDIDATES_MAX, want * 4 + 16);
+  const rows = (
+    await c.query<CandidateRow>(h.sql.flowCandidates, [
+      queues,
+      limit.operation,
+      window,
+      limit.concurrency?.max ?? null,
+      limit.rate?.max ?? null,
+      limit.rate?.perMs ?? 0,
+    ])
+  ).rows;
+  const none = { claimed: [], heldByRate: 0, heldByConcurrency: 0, retryInMs: null };
+  if (rows.length === 0) return none;
+  const mine = await lockedKeys(h, c, schema, limit, rows);
+  if (mine.length === 0) return none;
+  const { counts, now } = await countsOf(c, h, limit);
+  const candidates: FlowCandidate[] = mine.map((r) => ({
+    rateKey: r.rate_key,
+    concurrencyKey: r.concurrency_key,
+  }));
+  const plan = planFlowClaim(limit, candidates, counts, want, now);
+  const retryInMs = plan.retryAt === null ? null : Math.max(0, plan.retryAt - now);
+  const taken = plan.take.map((i) => mine[i]!);
+  if (taken.length === 0)
+    return {
+      claimed: [],
+      heldByRate: plan.heldByRate,
+      heldByConcurrency: plan.heldByConcurrency,
+      retryInMs,
+    };
+  const leased = await c.query<ClaimRow>(h.sql.flowLease, [
+    taken.map((r) => r.id),
+    [limit.operation],
+    p.ownerId,
+    p.leaseMs,
+  ]);
+  if (limit.rate)
+    await c.query(h.sql.flowStartsRecord, [
+      limit.operation,
+      taken.map((r) => r.rate_key),
+      now,
+      limit.rate.perMs,
+      [...plan.nextStartAt.keys()],
+      [...plan.nextStartAt.values()],
+    ]);
+  const claimed = leased.rows.map((row) => {
+    const job = jobFromRow(row);
+    return {
+      job,
+      attempt: newLeasedAttempt(job, {
+        ownerId: p.ownerId,
+        leaseToken: row.a_lease_token,
+        leasedAt: row.a_leased_at,
+        leaseExpiresAt: row.a_lease_expires_at,
+      }),
+    };
+  });
+  return {
+    claimed,
+    heldByRate: plan.heldByRate,
+    heldByConcurrency: plan.heldByConcurrency,
+    retryInMs,
+  };
+}
+
+/** The candidates whose keys' advisory locks this claim took (a key another claimer holds: skipped). */
+async function lockedKeys(
+  h: PgHandle,
+  c: Queryable,
+  schema: string,
+  limit: FlowLimit,
+  rows: CandidateRow[],
+): Promise<CandidateRow[]> {
+  const names = new Set<string>();
+  for (const r of rows) {
+    if (limit.rate) names.add(lockName(schema, 'r', limit.operation, r.rate_key));
+    if (limit.concurrency) names.add(lockName(schema, 'c', limit.operation, r.concurrency_key));
+  }
+  const got = new Set(
+    (await c.query<{ k: string }>(h.sql.flowKeyLocks, [[...names]])).rows.map((r) => r.k),
+  );
+  return rows.filter(
+    (r) =>
+      (!limit.rate || got.has(lockName(schema, 'r', limit.operation, r.rate_key))) &&
+      (!limit.concurrency || got.has(lockName(schema, 'c', limit.operation, r.concurrency_key))),
+  );
+}
+
+async function countsOf(
+  c: Queryable,
+  h: PgHandle,
+  limit: FlowLimit,
+): Promise<{ counts: FlowCounts; now: number }> {
+  const r = await c.query<{ kind: string; key: string; n: string; at: number | null }>(
+    h.sql.flowCounts,
+    [limit.operation, limit.rate?.perMs ?? 0],
+  );
+  const leased = new Map<string, number>();
+  const starts = new Map<string, { count: number; oldestAt: number }>();
+  const holds = new Map<string, number>();
+  let now = 0;
+  for (const row of r.rows) {
+    if (row.kind === 'now') now = row.at!;
+    else if (row.kind === 'leased') leased.set(row.key, Number(row.n));
+    else if (row.kind === 'starts')
+      starts.set(row.key, { count: Number(row.n), oldestAt: row.at! });
+    else holds.set(row.key, row.at!);
+  }
+  return { counts: { leased, starts, holds }, now };
+}
+
+export async function flowBackoff(
+  h: PgHandle,
+  p: { operation: string; rateKey: string; delayMs: number },
+): Promise<void> {
+  await h.db.run((c) => c.query(h.sql.flowBackoff, [p.operation, p.rateKey, p.delayMs]));
+}
+
+export async function pauseSet(
+  h: PgHandle,
+  p: {
+    kind: 'queue' | 'operation';
+    name: string;
+    paused: boolean;
+    actor: string;
+    reason: string | null;
+  },
+): Promise<boolean> {
+  const r = await h.db.run((c) =>
+    p.paused
+      ? c.query(h.sql.pauseInsert, [p.kind, p.name, p.actor, p.reason])
+      : c.query(h.sql.pauseDelete, [p.kind, p.name, h.channel]),
+  );
+  if (!p.paused && r.rowCount && p.kind === 'queue') h.wakeLocal([p.name]);
+  return (r.rowCount ?? 0) > 0;
+}
+
+export async function pauseList(h: PgHandle): Promise<PauseRecord[]> {
+  const r = await h.db.run(
+    (c) =>
+      c.query<{
+        kind: 'queue' | 'operation';
+        name: string;
+        actor: string;
+        reason: string | null;
+        paused_at: number;
+      }>(h.sql.pauseList),
+    { reads: true },
+  );
+  return r.rows.map((x) => ({
+    kind: x.kind,
+    name: x.name,
+    actor: x.actor,
+    reason: x.reason,
+    pausedAt: x.paused_at,
+  }));
+}
+
+interface ScheduleRow {
+  name: string;
+  cron: string;
+  timezone: string | null;
+  operation: string;
+  last_slot_at: number;
+  updated_at: number;
+}
+
+function scheduleOf(r: ScheduleRow): ScheduleRecord {
+  return {
+    name: r.name,
+    cron: r.cron,
+    timezone: r.timezone,
+    operation: r.operation,
+    lastSlotAt: r.last_slot_at,
+    updatedAt: r.updated_at,
+  };
+}
+
+export async function scheduleRegister(
+  h: PgHandle,
+  p: { name: string; cron: string; timezone: string | null; operation: string },
+): Promise<ScheduleRecord> {
+  const r = await h.db.run((c) =>
+    c.query<ScheduleRow>(h.sql.scheduleRegister, [p.name, p.cron, p.timezone, p.operation]),
+  );
+  return scheduleOf(r.rows[0]!);
+}
+
+export async function scheduleAdvance(
+  h: PgHandle,
+  p: { name: string; lastSlotAt: number },
+): Promise<void> {
+  await h.db.run((c) => c.query(h.sql.scheduleAdvance, [p.name, p.lastSlotAt]));
+}
+
+export async function scheduleList(h: PgHandle): Promise<ScheduleRecord[]> {
+  const r = await h.db.run((c) => c.query<ScheduleRow>(h.sql.scheduleList), { reads: true });
+  return r.rows.map(scheduleOf);
+}

@@ -1,0 +1,137 @@
+/**
+ * The PostgreSQL flow-control statements (issue #30; see statements.ts for the conventions): the
+ * limited claim's steps, holds, pauses and schedules. The limited claim is a transaction of its
+ * own (flow.ts), apart from the plain claim, which only gains the pause filter.
+ */
+import { claim } from './statements-hot.js';
+import { NOW, flowPauseFilter, fromMs, millis, toMs, type Tables } from './sql-parts.js';
+
+/** The first key of the limited claim's advisory locks: "reckon flow". */
+export const FLOW_LOCK_NAMESPACE = 0x7265_6b66;
+
+function flowCandidatesSql(t: Tables): string {
+  const { s, jobs } = t;
+  /**
+   * $1 queues (text[]), $2 operation, $3 window (rows), $4 concurrency max (null: no limit),
+   * $5 rate max (null: no limit), $6 rate window (ms). Due QUEUED jobs of the operation in claim
+   * order, locked (skipping those other claimers hold), leaving out keys already at a limit as
+   * committed now: the plan (plan/flow.ts) judges the rest after the key locks.
+   */
+  return `
+WITH now AS MATERIALIZED (SELECT ${NOW} AS t)
+SELECT j.id, coalesce(j.rate_key, '') AS rate_key, coalesce(j.concurrency_key, '') AS concurrency_key
+FROM ${jobs} j
+WHERE j.state = 'QUEUED' AND j.queue = ANY($1::text[]) AND j.run_at <= (SELECT t FROM now)
+  AND j.operation = $2::text
+  ${flowPauseFilter(s)}
+  AND ($4::int IS NULL OR coalesce(j.concurrency_key, '') <> ALL (ARRAY(
+    SELECT l.concurrency_key FROM ${jobs} l
+    WHERE l.state = 'LEASED' AND l.concurrency_key IS NOT NULL AND l.operation = $2::text
+    GROUP BY l.concurrency_key HAVING count(*) >= $4::int)))
+  AND ($5::int IS NULL OR coalesce(j.rate_key, '') <> ALL (ARRAY(
+    SELECT f.rate_key FROM ${s}.flow_starts f
+    WHERE f.operation = $2::text AND f.at > (SELECT t FROM now) - ${millis('$6')}
+    GROUP BY f.rate_key HAVING count(*) >= $5::int
+    UNION ALL
+    SELECT h.rate_key FROM ${s}.flow_holds h
+    WHERE h.operation = $2::text AND h.until > (SELECT t FROM now))))
+ORDER BY j.priority DESC, j.run_at, j.id
+LIMIT $3::int
+FOR UPDATE SKIP LOCKED`;
+}
+
+export function flowStatements(t: Tables) {
+  const { s, jobs } = t;
+  const flowCandidates = flowCandidatesSql(t);
+  return {
+    flowCandidates,
+    /**
+     * $1 lock names (text[]). Takes each transaction-scoped advisory lock that is free, never
+     * waiting: a name another claimer holds is skipped. Returns the names taken.
+     */
+    flowKeyLocks: `SELECT k FROM unnest($1::text[]) AS k
+      WHERE pg_try_advisory_xact_lock(${FLOW_LOCK_NAMESPACE}, hashtext(k))`,
+    /**
+     * $1 operation, $2 rate window (ms). Read after the key locks (a fresh snapshot: every claim
+     * that held them before has committed). Rows: kind 'leased' | 'starts' | 'hold', the key, a
+     * count and a time (epoch ms: the oldest start, or the hold's end); and 'now'.
+     */
+    flowCounts: `
+WITH now AS MATERIALIZED (SELECT ${NOW} AS t)
+SELECT 'now' AS kind, '' AS key, 0::bigint AS n, ${toMs('now.t')} AS at FROM now
+UNION ALL
+SELECT 'leased', l.concurrency_key, count(*), NULL FROM ${jobs} l
+WHERE l.state = 'LEASED' AND l.concurrency_key IS NOT NULL AND l.operation = $1::text
+GROUP BY l.concurrency_key
+UNION ALL
+SELECT 'starts', f.rate_key, count(*), ${toMs('min(f.at)')} FROM ${s}.flow_starts f
+WHERE f.operation = $1::text AND f.at > (SELECT t FROM now) - ${millis('$2')}
+GROUP BY f.rate_key
+UNION ALL
+SELECT 'hold', h.rate_key, 0, ${toMs('h.until')} FROM ${s}.flow_holds h
+WHERE h.operation = $1::text AND h.until > (SELECT t FROM now) - ${millis('$2')}`,
+    /** $1 job ids (text[]), $2 operations (text[]), $3 owner, $4 lease (ms): leases them (locked by flowCandidates). */
+    flowLease: claim(
+      t,
+      `
+picked AS MATERIALIZED (
+  SELECT j.id FROM ${jobs} j
+  WHERE j.id = ANY($1::text[]) AND j.operation = ANY($2::text[]) AND j.state = 'QUEUED'
+)`,
+    ),
+    /**
+     * $1 operation, $2 rate keys (text[], one per start), $3 the claim's now (ms), $4 window (ms),
+     * $5 keys and $6 their next start times (ms; a later one stored is kept).
+     */
+    flowStartsRecord: `
+WITH gone AS (
+  DELETE FROM ${s}.flow_starts WHERE operation = $1::text AND at <= ${fromMs('$3')} - ${millis('$4')}
+),
+spaced AS (
+  INSERT INTO ${s}.flow_holds AS f (operation, rate_key, until)
+  SELECT $1::text, k.key, ${fromMs('k.at')} FROM unnest($5::text[], $6::bigint[]) AS k(key, at)
+  ON CONFLICT (operation, rate_key) DO UPDATE SET until = greatest(f.until, excluded.until)
+)
+INSERT INTO ${s}.flow_starts (operation, rate_key, at)
+SELECT $1::text, k, ${fromMs('$3')} FROM unnest($2::text[]) AS k`,
+    ...flowAdminStatements(t),
+  };
+}
+
+/** Holds, pauses and schedules. */
+function flowAdminStatements(t: Tables) {
+  const { s } = t;
+  return {
+    /** $1 operation, $2 rate key, $3 delay (ms). */
+    flowBackoff: `
+INSERT INTO ${s}.flow_holds (operation, rate_key, until)
+VALUES ($1::text, $2::text, ${NOW} + ${millis('$3')})
+ON CONFLICT (operation, rate_key) DO UPDATE SET until = greatest(${s}.flow_holds.until, excluded.until)`,
+    /** $1 kind, $2 name, $3 actor, $4 reason. */
+    pauseInsert: `
+INSERT INTO ${s}.flow_pauses (kind, name, actor, reason, paused_at)
+VALUES ($1::text, $2::text, $3::text, $4::text, ${NOW})
+ON CONFLICT (kind, name) DO NOTHING RETURNING name`,
+    /** $1 kind, $2 name, $3 the work channel: wakes workers of a resumed queue (operations: their poll). */
+    pauseDelete: `
+WITH gone AS (DELETE FROM ${s}.flow_pauses WHERE kind = $1::text AND name = $2::text RETURNING name)
+SELECT g.name, CASE WHEN $1::text = 'queue' THEN pg_notify($3::text, g.name) END AS woken FROM gone g`,
+    pauseList: `SELECT kind, name, actor, reason, ${toMs('paused_at')} AS paused_at
+      FROM ${s}.flow_pauses ORDER BY kind, name`,
+    /** $1 name, $2 cron, $3 timezone, $4 operation. */
+    scheduleRegister: `
+INSERT INTO ${s}.flow_schedules AS f (name, cron, timezone, operation, last_slot_at, updated_at)
+VALUES ($1::text, $2::text, $3::text, $4::text, ${NOW}, ${NOW})
+ON CONFLICT (name) DO UPDATE SET cron = excluded.cron, timezone = excluded.timezone,
+  operation = excluded.operation,
+  updated_at = CASE WHEN f.cron = excluded.cron AND f.timezone IS NOT DISTINCT FROM excluded.timezone
+    AND f.operation = excluded.operation THEN f.updated_at ELSE excluded.updated_at END
+RETURNING name, cron, timezone, operation, ${toMs('last_slot_at')} AS last_slot_at,
+  ${toMs('updated_at')} AS updated_at`,
+    /** $1 name, $2 last slot (ms). */
+    scheduleAdvance: `UPDATE ${s}.flow_schedules SET last_slot_at = ${fromMs('$2')}
+      WHERE name = $1::text AND last_slot_at < ${fromMs('$2')}`,
+    scheduleList: `SELECT name, cron, timezone, operation, ${toMs('last_slot_at')} AS last_slot_at,
+      ${toMs('updated_at')} AS updated_at FROM ${s}.flow_schedules ORDER BY name`,
+  };
+}
