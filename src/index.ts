@@ -66,6 +66,7 @@ export {
   BackupUnsupported,
   OutcomePending,
   QueueClosed,
+  ApprovalInputChanged,
 } from './core/errors.js';
 export type { ErrorInfo, OutcomeEvidence } from './core/errors.js';
 export { JOB_STATES, ATTEMPT_STATES, describeJobTransitions } from './core/states.js';
@@ -84,6 +85,8 @@ export type { ResolveOptions, ReviewDecision } from './runtime/review.js';
 export { DEFAULT_RETENTION, parseAge } from './runtime/retention.js';
 export type { RetentionOptions, RetentionSettings } from './runtime/retention.js';
 export type { ApprovalRequest, DecideOptions } from './runtime/approvals.js';
+export { inputHashOf } from './runtime/approvals.js';
+export type { JobSearchQuery, Overview } from './runtime/search.js';
 export { Faults, FAULT_POINTS, InjectedFault, parseFaults } from './runtime/faults.js';
 export type { FaultPoint, FaultAction, FaultSpec } from './runtime/faults.js';
 export { createStore, DEFAULT_STORE_URL } from './store/open.js';
@@ -97,6 +100,8 @@ export type {
   JobPruneParams,
   JobPruneResult,
   PrunableState,
+  JobSearchPage,
+  ActivityStats,
 } from './store/store.js';
 export { createLogger } from './observe/logger.js';
 export { Metrics } from './observe/metrics.js';

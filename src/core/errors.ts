@@ -129,6 +129,21 @@ export class OperationsModuleError extends ReckonError {
   }
 }
 
+/**
+ * An approval sent with the hash of the input its approver was shown (`inputHash`), for a job
+ * whose input does not hash to it: the person approved something else. Nothing is decided.
+ */
+export class ApprovalInputChanged extends ReckonError {
+  readonly jobId: string;
+  constructor(jobId: string) {
+    super(
+      'APPROVAL_INPUT_CHANGED',
+      `job ${jobId}'s input is not the one this decision was made on: nothing was decided; look at the job again and decide on what it holds now`,
+    );
+    this.jobId = jobId;
+  }
+}
+
 /** A state-dependent request that the job's current state does not allow (e.g. cancel after dispatch). */
 export class JobStateConflict extends ReckonError {
   readonly state: string;

@@ -4,7 +4,14 @@
  * decided within the operation's `approvalTimeoutMs`, it ends CANCELLED with the decision as
  * its error and no attempt. Each decision is an event with its actor, note and the store's time.
  */
-import { InvalidInput, JobNotFound, JobStateConflict, type ErrorInfo } from '../core/errors.js';
+import {
+  ApprovalInputChanged,
+  InvalidInput,
+  JobNotFound,
+  JobStateConflict,
+  type ErrorInfo,
+} from '../core/errors.js';
+import { fingerprintOf } from '../core/json.js';
 import { assertJobTransition } from '../core/states.js';
 import type { EventEmitter } from 'node:events';
 import type { Logger } from '../core/operation.js';
@@ -23,6 +30,16 @@ export interface DecideOptions {
   /** Who decided; kept as `operator:<actor>`. */
   actor: string;
   note?: string;
+  /**
+   * The hash of the input the person was shown (`inputHashOf(job.input)`): when given, a job
+   * whose input does not hash to it is not decided (ApprovalInputChanged).
+   */
+  inputHash?: string;
+}
+
+/** The hash an approval is bound to: SHA-256 of the input's canonical JSON, hex. */
+export function inputHashOf(input: unknown): string {
+  return fingerprintOf(input, 'input');
 }
 
 /** How many expired approvals one pass cancels: a short write, repeated while there are more. */
@@ -74,6 +91,7 @@ export class Approvals {
     const note = options.note ?? '';
     if (typeof note !== 'string' || note.length > NOTE_LENGTH_MAX)
       throw new InvalidInput(`note must be a string of at most ${NOTE_LENGTH_MAX} characters`);
+    if (options.inputHash !== undefined) await this.checkInputHash(jobId, options.inputHash);
     const approve = options.approve;
     const actor = `operator:${options.actor.trim()}`;
     const to = approve ? 'QUEUED' : 'CANCELLED';
@@ -114,6 +132,19 @@ export class Approvals {
     );
     if (approve) this.queue.notifier.emit('enqueued', job.operation);
     return job;
+  }
+
+  /**
+   * A job's input is written once, at enqueue, so a read before the decision's conditional write
+   * sees what the decision applies to; a mismatch is a stale or forged form, or a journal edited
+   * by hand.
+   */
+  private async checkInputHash(jobId: string, inputHash: string): Promise<void> {
+    if (typeof inputHash !== 'string' || !/^[0-9a-f]{64}$/.test(inputHash))
+      throw new InvalidInput('inputHash must be 64 lowercase hex digits (SHA-256)');
+    const detail = await this.queue.store.jobGet({ id: jobId });
+    if (!detail) throw new JobNotFound(jobId);
+    if (inputHashOf(detail.job.input) !== inputHash) throw new ApprovalInputChanged(jobId);
   }
 
   /** `q.cancel` of a job awaiting approval: CANCELLED as by a denial, with a `cancelled` event. */

@@ -22,12 +22,20 @@ import {
 } from '../core/operation.js';
 import type { JobState } from '../core/states.js';
 import { isJobState } from '../core/states.js';
-import type { JobDetail, JobInsert, JobInsertResult, JobRecord, Store } from '../store/store.js';
+import type {
+  JobDetail,
+  JobInsert,
+  JobInsertResult,
+  JobRecord,
+  JobSearchPage,
+  Store,
+} from '../store/store.js';
 import { Approvals } from './approvals.js';
 import { noopObserver, safeLogger, silentLogger, type RuntimeObserver } from './observer.js';
 import { Faults } from './faults.js';
 import { Reclaimer } from './reclaimer.js';
 import { Review } from './review.js';
+import { overviewOf, searchJobs, type JobSearchQuery, type Overview } from './search.js';
 import { LIMITS } from './settings.js';
 import { Worker, type WorkerOptions } from './worker.js';
 import {
@@ -464,6 +472,21 @@ export class Queue {
       limit,
       beforeId: query.beforeId,
     });
+  }
+
+  /**
+   * A page of jobs, newest first, by filters and search text; bounded work per call whatever
+   * the filters (see `JobSearchQuery`). Continue with `before: page.nextBeforeId`.
+   */
+  async search(query: JobSearchQuery = {}): Promise<JobSearchPage> {
+    this.assertOpen();
+    return searchJobs(this.store, query);
+  }
+
+  /** Counts by state and queue, approvals waiting, the last hour's throughput and growth. */
+  async overview(): Promise<Overview> {
+    this.assertOpen();
+    return overviewOf(this.store);
   }
 
   /** Cancels a job that has not dispatched its request. */

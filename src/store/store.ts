@@ -217,6 +217,50 @@ export interface JobListParams {
   beforeId?: string;
 }
 
+/**
+ * A bounded search of the jobs, newest first (`jobSearch`). Keyset pagination on the id (uuid
+ * v7: ids sort by creation), never OFFSET. Every row the search reads lies in a window of at
+ * most `scanRowsMax` ids below the cursor, so a filter that matches few jobs costs that window,
+ * never the whole table; the page then says where the next window starts.
+ */
+export interface JobSearchParams {
+  states?: JobState[];
+  queue?: string;
+  operation?: string;
+  /** created_at >= this (epoch ms, store clock). */
+  createdFrom?: number;
+  /** created_at < this (epoch ms, store clock). */
+  createdTo?: number;
+  /**
+   * A job id or request key (exact, through their indexes), or a run id, a request fingerprint,
+   * or text in the input or the request key (within the window; case-insensitive).
+   */
+  text?: string;
+  limit: number;
+  /** Jobs with an id below this one (the page's `nextBeforeId`). */
+  beforeId?: string;
+  /** The most ids one call reads past (the window). */
+  scanRowsMax: number;
+}
+
+export interface JobSearchPage {
+  jobs: JobRecord[];
+  /** Where the next page starts (pass as `beforeId`); null: there is nothing older. */
+  nextBeforeId: string | null;
+  /** The window ended before the page was full: older jobs were not searched yet. */
+  scanStopped: boolean;
+}
+
+/** Recent activity for the console's overview (`statsActivityGet`). */
+export interface ActivityStats {
+  now: number;
+  /** Jobs that ended (finished_at) in each bucket of the window, oldest bucket first. */
+  finished: { at: number; succeeded: number; failed: number; cancelled: number }[];
+  /** Jobs now UNKNOWN / NEEDS_REVIEW, and how many of them got there within the window. */
+  unknown: { now: number; entered: number };
+  needsReview: { now: number; entered: number };
+}
+
 export type JobCancelResult =
   { cancelled: true; job: JobRecord } | { cancelled: false; job: JobRecord; why: string };
 
@@ -443,4 +487,8 @@ export interface Store {
    */
   onCommit?(fn: (c: StoreCommit) => void): () => void;
   statsGet(): Promise<StoreStats>;
+  /** A bounded, keyset-paginated search (see `JobSearchParams`). */
+  jobSearch(p: JobSearchParams): Promise<JobSearchPage>;
+  /** Jobs ended per bucket over the last `windowMs`, and UNKNOWN / NEEDS_REVIEW growth in it. */
+  statsActivityGet(p: { windowMs: number; bucketMs: number }): Promise<ActivityStats>;
 }

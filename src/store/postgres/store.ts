@@ -34,6 +34,9 @@ import {
 import { jobChangesSubscribe, jobStatesRead } from './outcome-notify.js';
 import { jobPruneMany as pruneJobs } from './retention.js';
 import type {
+  ActivityStats,
+  JobSearchPage,
+  JobSearchParams,
   ApprovalDecide,
   ApprovalDecideResult,
   ApprovalStats,
@@ -394,6 +397,14 @@ export class PostgresStore implements Store {
 
   statsGet(): Promise<StoreStats> {
     return reads.statsGet(this.h);
+  }
+
+  jobSearch(p: JobSearchParams): Promise<JobSearchPage> {
+    return reads.jobSearch(this.h, p);
+  }
+
+  statsActivityGet(p: { windowMs: number; bucketMs: number }): Promise<ActivityStats> {
+    return reads.statsActivityGet(this.h, p);
   }
 
   // ---------------------------------------------------------------- notifications

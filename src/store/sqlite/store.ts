@@ -19,6 +19,9 @@ import {
 import type { ErrorInfo } from '../../core/errors.js';
 import { jsonOrNull } from '../rows.js';
 import type {
+  ActivityStats,
+  JobSearchPage,
+  JobSearchParams,
   ApprovalDecide,
   ApprovalDecideResult,
   ApprovalStats,
@@ -514,5 +517,13 @@ export class SqliteStore implements Store {
 
   statsGet(): Promise<StoreStats> {
     return reads.statsGet(this.h);
+  }
+
+  jobSearch(p: JobSearchParams): Promise<JobSearchPage> {
+    return reads.jobSearch(this.h, p);
+  }
+
+  statsActivityGet(p: { windowMs: number; bucketMs: number }): Promise<ActivityStats> {
+    return reads.statsActivityGet(this.h, p);
   }
 }
