@@ -109,6 +109,11 @@ export function searchJobs(store: Store, query: JobSearchQuery): Promise<JobSear
 /** The overview's window: the last hour, in 5-minute buckets. */
 export const OVERVIEW_WINDOW_MS = 60 * 60_000;
 export const OVERVIEW_BUCKET_MS = 5 * 60_000;
+/**
+ * The most ended jobs the overview reads per bucket: 12 buckets of at most 5,000 keep it to tens
+ * of milliseconds at any rate; a bucket busier than 17 jobs a second is estimated from its latest.
+ */
+export const OVERVIEW_BUCKET_ROWS_MAX = 5_000;
 
 export interface Overview {
   /** The store's clock when read. */
@@ -129,7 +134,11 @@ export async function overviewOf(store: Store): Promise<Overview> {
   const [stats, approvals, activity] = await Promise.all([
     store.statsGet(),
     store.jobApprovalStats(),
-    store.statsActivityGet({ windowMs: OVERVIEW_WINDOW_MS, bucketMs: OVERVIEW_BUCKET_MS }),
+    store.statsActivityGet({
+      windowMs: OVERVIEW_WINDOW_MS,
+      bucketMs: OVERVIEW_BUCKET_MS,
+      bucketRowsMax: OVERVIEW_BUCKET_ROWS_MAX,
+    }),
   ]);
   const oldest = approvals.byOperation.map((o) => o.oldestAt);
   return {

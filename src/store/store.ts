@@ -251,11 +251,27 @@ export interface JobSearchPage {
   scanStopped: boolean;
 }
 
+export interface ActivityParams {
+  windowMs: number;
+  bucketMs: number;
+  /** The most ended jobs one bucket reads (its latest); a busier bucket is estimated from them. */
+  bucketRowsMax: number;
+}
+
 /** Recent activity for the console's overview (`statsActivityGet`). */
 export interface ActivityStats {
   now: number;
-  /** Jobs that ended (finished_at) in each bucket of the window, oldest bucket first. */
-  finished: { at: number; succeeded: number; failed: number; cancelled: number }[];
+  /**
+   * Jobs that ended (finished_at) in each bucket of the window, oldest bucket first. A bucket
+   * with more than `bucketRowsMax` is counted from its latest ones and scaled (`estimated`).
+   */
+  finished: {
+    at: number;
+    succeeded: number;
+    failed: number;
+    cancelled: number;
+    estimated: boolean;
+  }[];
   /** Jobs now UNKNOWN / NEEDS_REVIEW, and how many of them got there within the window. */
   unknown: { now: number; entered: number };
   needsReview: { now: number; entered: number };
@@ -490,5 +506,5 @@ export interface Store {
   /** A bounded, keyset-paginated search (see `JobSearchParams`). */
   jobSearch(p: JobSearchParams): Promise<JobSearchPage>;
   /** Jobs ended per bucket over the last `windowMs`, and UNKNOWN / NEEDS_REVIEW growth in it. */
-  statsActivityGet(p: { windowMs: number; bucketMs: number }): Promise<ActivityStats>;
+  statsActivityGet(p: ActivityParams): Promise<ActivityStats>;
 }

@@ -11,8 +11,17 @@ import {
   type EventRow,
   type JobRow,
 } from '../rows.js';
-import { finishedBuckets, idRange, likePattern, matchesFilters, searchPage } from '../search.js';
+import {
+  exactPage,
+  finishedBuckets,
+  hasFilters,
+  idRange,
+  likePattern,
+  onlyIndexedStates,
+  searchPage,
+} from '../search.js';
 import type {
+  ActivityParams,
   ActivityStats,
   ExpiredAttempt,
   JobDetail,
@@ -23,7 +32,6 @@ import type {
   StoreStats,
 } from '../store.js';
 import type { PgHandle } from './handle.js';
-import { fromMs } from './sql-parts.js';
 
 export async function jobGet(h: PgHandle, p: { id: string }): Promise<JobDetail | null> {
   const r = await h.db.run(
@@ -89,74 +97,111 @@ export async function statsGet(h: PgHandle): Promise<StoreStats> {
   return statsFromRows({ ...row, byOperation: row.by_operation });
 }
 
+/** Numbered parameters ($1, $2, …) in the order they are added. */
+class Params {
+  readonly args: unknown[] = [];
+  add(value: unknown): string {
+    this.args.push(value);
+    return `$${this.args.length}`;
+  }
+}
+
+/** The id range of a search (`idRange`) as SQL conditions. */
+function idBounds(p: JobSearchParams, params: Params): string[] {
+  const { upper, lower } = idRange(p);
+  const out: string[] = [];
+  if (upper !== null) out.push(`id < ${params.add(upper)}`);
+  if (lower !== null) out.push(`id >= ${params.add(lower)}`);
+  return out;
+}
+
+/** Every filter of a search but the id range (and the states, unless `withStates`). */
+function searchFilters(p: JobSearchParams, params: Params, withStates: boolean): string[] {
+  const out: string[] = [];
+  if (withStates && p.states?.length) out.push(`state = ANY(${params.add(p.states)}::text[])`);
+  if (p.queue !== undefined) out.push(`queue = ${params.add(p.queue)}`);
+  if (p.operation !== undefined) out.push(`operation = ${params.add(p.operation)}`);
+  if (p.text !== undefined) {
+    const text = params.add(p.text);
+    const like = params.add(likePattern(p.text));
+    out.push(
+      `(run_id = ${text} OR request_fingerprint = ${text} OR input_json ILIKE ${like} OR request_key ILIKE ${like})`,
+    );
+  }
+  return out;
+}
+
+const whereOf = (conditions: string[]) =>
+  conditions.length ? `WHERE ${conditions.join(' AND ')}` : '';
+
 /**
- * `jobSearch`: the exact hits by id and request key (first page only, through their indexes),
- * then the window of at most `scanRowsMax` ids below the cursor (the primary key's index), then
- * the matches within it, newest first. One snapshot for all three.
+ * `jobSearch` (see the SQLite store's for the plan): exact hits through the unique indexes; the
+ * people-sized states through their partial indexes; else a window of at most `scanRowsMax` ids
+ * below the cursor, stopped as soon as the page is full. One read-only snapshot.
  */
 export async function jobSearch(h: PgHandle, p: JobSearchParams): Promise<JobSearchPage> {
   return h.db.tx(async (c) => {
     await c.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY');
-    const exact =
-      p.text !== undefined && p.beforeId === undefined
-        ? (await c.query<JobRow>(h.sql.jobSearchExact, [p.text])).rows
-            .map(jobFromRow)
-            .filter((j) => matchesFilters(j, p))
-        : [];
-    const { upper, lower } = idRange(p);
-    const args: unknown[] = [];
-    const param = (value: unknown) => {
-      args.push(value);
-      return `$${args.length}`;
-    };
-    const bounds: string[] = [];
-    if (upper !== null) bounds.push(`id < ${param(upper)}`);
-    if (lower !== null) bounds.push(`id >= ${param(lower)}`);
-    const windowSql = `SELECT count(*)::int AS n, min(id) AS low FROM (${h.sql.jobIdWindowBase}
-      ${bounds.length ? 'WHERE ' + bounds.join(' AND ') : ''} ORDER BY id DESC LIMIT ${param(p.scanRowsMax)}) w`;
-    const window = (await c.query<{ n: number; low: string | null }>(windowSql, args)).rows[0]!;
-    if (window.n === 0) return searchPage(p, exact, [], { rows: 0, lowId: null });
-    args.pop(); // the window's LIMIT: the bounds keep their numbers, the rest follow them
-    const where = [...bounds, `id >= ${param(window.low)}`];
-    if (p.states?.length) where.push(`state = ANY(${param(p.states)}::text[])`);
-    if (p.queue !== undefined) where.push(`queue = ${param(p.queue)}`);
-    if (p.operation !== undefined) where.push(`operation = ${param(p.operation)}`);
-    if (p.createdFrom !== undefined) where.push(`created_at >= ${fromMs(param(p.createdFrom))}`);
-    if (p.createdTo !== undefined) where.push(`created_at < ${fromMs(param(p.createdTo))}`);
-    if (p.text !== undefined) {
-      const text = param(p.text);
-      const like = param(likePattern(p.text));
-      where.push(
-        `(run_id = ${text} OR request_fingerprint = ${text} OR input_json ILIKE ${like} OR request_key ILIKE ${like})`,
-      );
+    const jobs = async (sql: string, args: unknown[]) =>
+      (await c.query<JobRow>(sql, args)).rows.map(jobFromRow);
+    if (p.text !== undefined && p.beforeId === undefined) {
+      const exact = await jobs(h.sql.jobSearchExact, [p.text]);
+      if (exact.length) return exactPage(p, exact);
     }
-    const sql = `${h.sql.jobListBase} WHERE ${where.join(' AND ')} ORDER BY id DESC LIMIT ${param(p.limit + 1)}`;
-    const rows = (await c.query<JobRow>(sql, args)).rows;
-    return searchPage(p, exact, rows.map(jobFromRow), { rows: window.n, lowId: window.low });
+    const params = new Params();
+    const ids = idBounds(p, params);
+    const base = h.sql.jobListBase;
+    if (onlyIndexedStates(p)) {
+      const rest = searchFilters(p, params, false);
+      const take = params.add(p.limit + 1);
+      const one = (s: string) =>
+        `(${base} ${whereOf([`state = '${s}'`, ...ids, ...rest])} ORDER BY id DESC LIMIT ${take})`;
+      return searchPage(p, await jobs(p.states!.map(one).join(' UNION ALL '), params.args), null);
+    }
+    if (!hasFilters(p)) {
+      const sql = `${base} ${whereOf(ids)} ORDER BY id DESC LIMIT ${params.add(p.limit + 1)}`;
+      return searchPage(p, await jobs(sql, params.args), null);
+    }
+    const scan = params.add(p.scanRowsMax);
+    const f = searchFilters(p, params, true);
+    const sql = `SELECT * FROM (${base} ${whereOf(ids)} ORDER BY id DESC LIMIT ${scan}) w
+      ${whereOf(f)} ORDER BY id DESC LIMIT ${params.add(p.limit + 1)}`;
+    const found = await jobs(sql, params.args);
+    if (found.length > p.limit) return searchPage(p, found, null);
+    const windowParams = new Params();
+    const windowIds = idBounds(p, windowParams);
+    const windowSql = `SELECT count(*)::int AS n, min(id) AS low FROM (${h.sql.jobIdWindowBase}
+      ${whereOf(windowIds)} ORDER BY id DESC LIMIT ${windowParams.add(p.scanRowsMax)}) w`;
+    const window = (await c.query<{ n: number; low: string | null }>(windowSql, windowParams.args))
+      .rows[0]!;
+    return searchPage(p, found, { rows: window.n, lowId: window.low });
   });
 }
 
 /** `statsActivityGet`: see the statement `statsActivity`. */
-export async function statsActivityGet(
-  h: PgHandle,
-  p: { windowMs: number; bucketMs: number },
-): Promise<ActivityStats> {
+export async function statsActivityGet(h: PgHandle, p: ActivityParams): Promise<ActivityStats> {
   const buckets = Math.ceil(p.windowMs / p.bucketMs);
   const r = await h.db.run(
     (c) =>
       c.query<{
         now: number;
         start: number;
-        finished: { b: number; state: string; n: number }[];
+        finished: { b: number; state: string; n: number; oldest: number }[];
         unknown: { now: number; entered: number };
         needs_review: { now: number; entered: number };
-      }>(h.sql.statsActivity, [buckets * p.bucketMs, p.bucketMs, p.windowMs]),
+      }>(h.sql.statsActivity, [
+        buckets * p.bucketMs,
+        p.bucketMs,
+        p.windowMs,
+        buckets,
+        p.bucketRowsMax,
+      ]),
     { reads: true },
   );
   const row = r.rows[0]!;
   return {
     now: row.now,
-    finished: finishedBuckets(row.start, p.bucketMs, buckets, row.finished),
+    finished: finishedBuckets(row.start, p.bucketMs, buckets, row.finished, p.bucketRowsMax),
     unknown: row.unknown,
     needsReview: row.needs_review,
   };

@@ -246,18 +246,27 @@ SELECT (SELECT t FROM now) AS now,
     jobIdWindowBase: `SELECT id FROM ${jobs}`,
 
     /**
-     * $1 the buckets' whole span (ms), $2 one bucket (ms), $3 the growth window (ms). Jobs ended
-     * per bucket and state (the finished index), and UNKNOWN / NEEDS_REVIEW now and entered
-     * within $3 (their partial indexes). Times leave as epoch ms.
+     * $1 the buckets' whole span (ms), $2 one bucket (ms), $3 the growth window (ms), $4 how many
+     * buckets, $5 the most ended jobs a bucket reads. Each bucket's latest ended jobs by state
+     * (the finished index), and UNKNOWN / NEEDS_REVIEW now and entered within $3 (their partial
+     * indexes). Times leave as epoch ms.
      */
     statsActivity: `
 WITH now AS MATERIALIZED (SELECT ${NOW} AS t),
-start AS MATERIALIZED (SELECT (SELECT t FROM now) - ${millis('$1')} AS t)
+start AS MATERIALIZED (SELECT (SELECT t FROM now) - ${millis('$1')} AS t),
+buckets AS (
+  SELECT g AS b, (SELECT t FROM start) + ${millis('g * $2')} AS lo,
+    CASE WHEN g = $4 - 1 THEN (SELECT t FROM now) + interval '1 millisecond'
+         ELSE (SELECT t FROM start) + ${millis('(g + 1) * $2')} END AS hi
+  FROM generate_series(0, $4 - 1) g)
 SELECT ${toMs('(SELECT t FROM now)')} AS now, ${toMs('(SELECT t FROM start)')} AS start,
   (SELECT coalesce(json_agg(f), '[]') FROM (
-     SELECT floor((${toMs('finished_at')} - ${toMs('(SELECT t FROM start)')}) / $2)::int AS b,
-       state, count(*)::int AS n
-     FROM ${jobs} WHERE finished_at >= (SELECT t FROM start) GROUP BY 1, 2) f) AS finished,
+     SELECT buckets.b, s.state, count(*)::int AS n, ${toMs('min(s.finished_at)')} AS oldest
+     FROM buckets CROSS JOIN LATERAL (
+       SELECT state, finished_at FROM ${jobs}
+       WHERE finished_at >= buckets.lo AND finished_at < buckets.hi
+       ORDER BY finished_at DESC LIMIT $5) s
+     GROUP BY buckets.b, s.state) f) AS finished,
   (SELECT json_build_object('now', count(*)::int, 'entered',
      count(*) FILTER (WHERE updated_at >= (SELECT t FROM now) - ${millis('$3')})::int)
    FROM ${jobs} WHERE state = 'UNKNOWN') AS unknown,

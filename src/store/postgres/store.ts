@@ -34,6 +34,7 @@ import {
 import { jobChangesSubscribe, jobStatesRead } from './outcome-notify.js';
 import { jobPruneMany as pruneJobs } from './retention.js';
 import type {
+  ActivityParams,
   ActivityStats,
   JobSearchPage,
   JobSearchParams,
@@ -403,7 +404,7 @@ export class PostgresStore implements Store {
     return reads.jobSearch(this.h, p);
   }
 
-  statsActivityGet(p: { windowMs: number; bucketMs: number }): Promise<ActivityStats> {
+  statsActivityGet(p: ActivityParams): Promise<ActivityStats> {
     return reads.statsActivityGet(this.h, p);
   }
 

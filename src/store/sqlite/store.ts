@@ -19,6 +19,7 @@ import {
 import type { ErrorInfo } from '../../core/errors.js';
 import { jsonOrNull } from '../rows.js';
 import type {
+  ActivityParams,
   ActivityStats,
   JobSearchPage,
   JobSearchParams,
@@ -523,7 +524,7 @@ export class SqliteStore implements Store {
     return reads.jobSearch(this.h, p);
   }
 
-  statsActivityGet(p: { windowMs: number; bucketMs: number }): Promise<ActivityStats> {
+  statsActivityGet(p: ActivityParams): Promise<ActivityStats> {
     return reads.statsActivityGet(this.h, p);
   }
 }
