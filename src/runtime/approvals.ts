@@ -16,6 +16,7 @@ import { assertJobTransition } from '../core/states.js';
 import type { EventEmitter } from 'node:events';
 import type { Logger } from '../core/operation.js';
 import type { JobRecord, Store } from '../store/store.js';
+import { deciderOf, type DecisionBy } from './decision-by.js';
 
 /** An awaiting job as the approver sees it: the job (with its input and reason), its age and expiry. */
 export type ApprovalRequest = JobRecord & {
@@ -27,8 +28,10 @@ export type ApprovalRequest = JobRecord & {
 
 export interface DecideOptions {
   approve: boolean;
-  /** Who decided; kept as `operator:<actor>`. */
-  actor: string;
+  /** Who decided; kept as `operator:<actor>`. Not needed with `by`. */
+  actor?: string;
+  /** Who decided and how they were identified, kept in the event's detail (wins over `actor`). */
+  by?: DecisionBy;
   note?: string;
   /**
    * The hash of the input the person was shown (`inputHashOf(job.input)`): when given, a job
@@ -86,14 +89,12 @@ export class Approvals {
       throw new InvalidInput('job id must be a non-empty string');
     if (typeof options?.approve !== 'boolean')
       throw new InvalidInput('decide needs approve: true or false');
-    if (typeof options.actor !== 'string' || options.actor.trim() === '')
-      throw new InvalidInput('decide needs an actor: who made this decision');
+    const { actor, by } = deciderOf(options, 'decide');
     const note = options.note ?? '';
     if (typeof note !== 'string' || note.length > NOTE_LENGTH_MAX)
       throw new InvalidInput(`note must be a string of at most ${NOTE_LENGTH_MAX} characters`);
     if (options.inputHash !== undefined) await this.checkInputHash(jobId, options.inputHash);
     const approve = options.approve;
-    const actor = `operator:${options.actor.trim()}`;
     const to = approve ? 'QUEUED' : 'CANCELLED';
     assertJobTransition('AWAITING_APPROVAL', to);
     const error: ErrorInfo | null = approve
@@ -108,7 +109,7 @@ export class Approvals {
       to,
       kind: approve ? 'approved' : 'denied',
       actor,
-      detail: { approve, note },
+      detail: { approve, note, ...(by ? { by } : {}) },
       error,
     });
     if (!r.ok) {
@@ -148,14 +149,14 @@ export class Approvals {
   }
 
   /** `q.cancel` of a job awaiting approval: CANCELLED as by a denial, with a `cancelled` event. */
-  async cancel(jobId: string, actor: string, reason: string): Promise<JobRecord> {
+  async cancel(jobId: string, actor: string, reason: string, by?: DecisionBy): Promise<JobRecord> {
     assertJobTransition('AWAITING_APPROVAL', 'CANCELLED');
     const r = await this.queue.store.jobApprovalDecide({
       jobId,
       to: 'CANCELLED',
       kind: 'cancelled',
       actor,
-      detail: { reason },
+      detail: { reason, ...(by ? { by } : {}) },
       error: { name: 'Cancelled', message: reason },
     });
     if (!r.ok) {

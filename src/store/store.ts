@@ -395,6 +395,36 @@ export interface JobPruneResult {
   more: boolean;
 }
 
+/** A named API token (`reckon tokens`): only its SHA-256 hash is stored. */
+export interface TokenRecord {
+  id: string;
+  name: string;
+  /** viewer, producer, approver, reviewer or admin (the server judges what each may do). */
+  role: string;
+  /** Operations this token may decide on (approver, reviewer); null: every operation. */
+  operations: string[] | null;
+  /** Extra rights, e.g. `inputs` (a viewer sees inputs and results unredacted). */
+  grants: string[];
+  createdAt: number;
+  createdBy: string;
+  /** Store clock; null: never. */
+  expiresAt: number | null;
+  revokedAt: number | null;
+}
+
+export interface TokenInsert {
+  id: string;
+  name: string;
+  role: string;
+  operations: string[] | null;
+  grants: string[];
+  /** SHA-256 of the token, hex. */
+  hash: string;
+  createdBy: string;
+  /** Expires this long after now (store clock); null: never. */
+  expiresInMs: number | null;
+}
+
 export interface Store {
   readonly kind: 'sqlite' | 'postgres';
   /** Where the store is, for messages (never with a password). */
@@ -422,7 +452,13 @@ export interface Store {
   /** A conditional transition (job state and latest attempt both as expected); false if it did not apply. */
   jobTransition(p: JobTransition): Promise<boolean>;
   /** Cancels a QUEUED job, or a LEASED one whose attempt has no dispatch marker (fencing its worker). */
-  jobCancel(p: { id: string; actor: string; reason: string }): Promise<JobCancelResult | null>;
+  jobCancel(p: {
+    id: string;
+    actor: string;
+    reason: string;
+    /** Who decided (a person), kept in the event's detail. */
+    by?: Record<string, unknown>;
+  }): Promise<JobCancelResult | null>;
   /** Takes UNKNOWN jobs due for reconciliation, holding them `holdMs` so that others skip them. */
   jobReconcileClaimMany(p: {
     operations: string[];
@@ -502,6 +538,15 @@ export interface Store {
    * it must be quick and must not throw). Returns the function that stops it.
    */
   onCommit?(fn: (c: StoreCommit) => void): () => void;
+  /** Stores a new token; `TokenNameTaken` when a live (unrevoked) token has its name. */
+  tokenInsert(p: TokenInsert): Promise<TokenRecord>;
+  /** Tokens, newest first; revoked ones only when asked. */
+  tokenList(p: { includeRevoked?: boolean }): Promise<TokenRecord[]>;
+  /** The token with this hash (or id), revoked and expired ones included: the caller judges. */
+  tokenFind(p: { hash: string } | { id: string }): Promise<TokenRecord | null>;
+  /** Revokes the live token of this name (store clock); null when there is none. */
+  tokenRevoke(p: { name: string }): Promise<TokenRecord | null>;
+
   statsGet(): Promise<StoreStats>;
   /** A bounded, keyset-paginated search (see `JobSearchParams`). */
   jobSearch(p: JobSearchParams): Promise<JobSearchPage>;

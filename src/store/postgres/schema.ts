@@ -229,6 +229,28 @@ CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at) WHERE finished_at
     name: 'lookup grace recorded with the job',
     sql: `ALTER TABLE jobs ADD COLUMN IF NOT EXISTS reconcile_grace_ms bigint NOT NULL DEFAULT 5000;`,
   },
+  {
+    // Named API tokens of `reckon serve` (reckon tokens create|list|revoke): only a SHA-256 hash
+    // of each token is kept. A name belongs to one live token; a revoked one keeps its row, so
+    // the decisions it made still name a token that existed.
+    version: 10,
+    name: 'named tokens',
+    sql: `
+CREATE TABLE IF NOT EXISTS tokens (
+  id              text PRIMARY KEY,
+  name            text NOT NULL,
+  role            text NOT NULL CHECK (role IN ('viewer','producer','approver','reviewer','admin')),
+  operations_json text,
+  grants_json     text NOT NULL DEFAULT '[]',
+  hash            text NOT NULL UNIQUE,
+  created_at      timestamptz NOT NULL,
+  created_by      text NOT NULL,
+  expires_at      timestamptz,
+  revoked_at      timestamptz
+);
+CREATE UNIQUE INDEX IF NOT EXISTS tokens_live_name ON tokens (name) WHERE revoked_at IS NULL;
+`,
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

@@ -44,6 +44,7 @@ export function statements(schema: string) {
     ...insertStatements(t),
     ...handOffStatements(t),
     ...readStatements(t),
+    ...consoleStatements(t),
     ...claimStatements(t),
     ...dispatchStatements(t),
     ...finishStatements(t),
@@ -238,7 +239,13 @@ SELECT (SELECT t FROM now) AS now,
      FROM ${jobs} WHERE state IN ('UNKNOWN', 'NEEDS_REVIEW') GROUP BY operation ORDER BY operation) b) AS by_operation,
   (SELECT count(*)::int FROM ${attempts}
      WHERE state = 'LEASED' AND lease_expires_at <= (SELECT t FROM now)) AS expired`,
+  };
+}
 
+/** The console's reads (reads.ts `jobSearch`, `statsActivityGet`). */
+function consoleStatements(t: Tables) {
+  const { jobs } = t;
+  return {
     /** $1 a job id or request key: the job with that id, or with that key (their unique indexes). */
     jobSearchExact: `SELECT * FROM ${jobs} WHERE id = $1 UNION SELECT * FROM ${jobs} WHERE request_key = $1`,
 
