@@ -204,7 +204,7 @@ function allJobs(h: SqliteHandle, sql: string, args: unknown[]): JobRecord[] {
  * `jobSearch`. A job id or request key is the whole answer when it names a job (their unique
  * indexes). A filter on only the people-sized states reads their partial indexes. Anything else
  * reads at most `scanRowsMax` ids below the cursor, newest first (the primary key), stopping as
- * soon as the page is full; only a page left short counts the window, to say where the next starts.
+ * soon as the page is full.
  */
 export function jobSearch(h: SqliteHandle, p: JobSearchParams): Promise<JobSearchPage> {
   return h.read(() => {
@@ -237,18 +237,21 @@ export function jobSearch(h: SqliteHandle, p: JobSearchParams): Promise<JobSearc
       const sql = `SELECT * FROM jobs ${whereOf(ids)} ORDER BY id DESC ${LIMIT_PARAM}`;
       return searchPage(p, allJobs(h, sql, [...ids.args, take]), null);
     }
-    const f = searchFilters(p, true);
-    // No ORDER BY outside: the window is a co-routine read in id order, stopped at `take` matches.
-    const sql = `SELECT * FROM (SELECT * FROM jobs INDEXED BY sqlite_autoindex_jobs_1 ${whereOf(ids)}
-      ORDER BY id DESC ${LIMIT_PARAM}) ${whereOf(f)} ${LIMIT_PARAM}`;
-    const found = allJobs(h, sql, [...ids.args, p.scanRowsMax, ...f.args, take]);
-    if (found.length >= take) return searchPage(p, found, null);
+    // The window's lowest id first (the primary key's index alone), then the matches in it
+    // through the same index: reading the rows in place costs a fraction of passing each one
+    // through a subquery (measured with 1,000,000 jobs).
     const window = h
       .conn()
       .prepare(
         `SELECT count(*) AS n, min(id) AS low FROM (SELECT id FROM jobs ${whereOf(ids)} ORDER BY id DESC ${LIMIT_PARAM})`,
       )
       .get(...ids.args, p.scanRowsMax) as { n: number; low: string | null };
+    if (window.n === 0) return searchPage(p, [], null);
+    const f = searchFilters(p, true);
+    const low: Sql = { where: ['id >= ?'], args: [window.low] };
+    const sql = `SELECT * FROM jobs INDEXED BY sqlite_autoindex_jobs_1 ${whereOf(ids, low, f)}
+      ORDER BY id DESC ${LIMIT_PARAM}`;
+    const found = allJobs(h, sql, [...argsOf(ids, low, f), take]);
     return searchPage(p, found, { rows: window.n, lowId: window.low });
   });
 }
