@@ -8,11 +8,11 @@ import { InvalidInput } from '../core/errors.js';
 export interface DecisionBy {
   /** The authenticated principal (a token's name), or the stated actor. */
   principal: string;
-  /** Its role on the server; null outside it. */
-  role: string | null;
-  /** The token it authenticated with; null outside the server. */
-  tokenId: string | null;
-  /** Where the decision came from: `http:bearer`, `http:session`, `cli:<os user>`, `library`. */
+  /** Its role on the server; null or absent outside it. */
+  role?: string | null;
+  /** The token it authenticated with; null or absent outside the server. */
+  tokenId?: string | null;
+  /** Where the decision came from: `http:bearer`, `http:session`, `cli:<os user>`, `mcp`. */
   via: string;
 }
 

@@ -48,8 +48,11 @@ export function apiRoutes(deps: ApiDeps): Hono<AppEnv> {
 /** Status, job lists, a job, the review and approval lists. */
 function readRoutes(api: Hono<AppEnv>, deps: ApiDeps, allow: Allow): void {
   const { queue } = deps;
-
   api.get('/openapi.json', (c) => c.json(openApiDocument(deps.basePath)));
+  // Who is signed in, and the session's form token for pages and scripts of this origin.
+  api.get('/session', (c) =>
+    c.json({ principal: c.get('principal'), csrfToken: c.get('csrfToken') }),
+  );
 
   api.get('/status', async (c) => {
     allow(c, 'read');

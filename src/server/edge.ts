@@ -43,16 +43,17 @@ export function checkSameOrigin(c: Context): void {
     );
   const origin = c.req.header('origin');
   if (origin === undefined) return;
-  const host = c.req.header('host');
+  // The request's own URL: built from its Host header by the Node adapter.
+  const host = new URL(c.req.url).host.toLowerCase();
   let originHost: string;
   try {
-    originHost = new URL(origin).host;
+    originHost = new URL(origin).host.toLowerCase();
   } catch {
     throw new CrossSiteRequest(`Origin ${JSON.stringify(origin)} is not this server's`);
   }
-  if (host === undefined || originHost.toLowerCase() !== host.toLowerCase())
+  if (originHost !== host)
     throw new CrossSiteRequest(
-      `Origin ${JSON.stringify(origin)} is not this server (${hostName(host ?? '')}): refused`,
+      `Origin ${JSON.stringify(origin)} is not this server (${hostName(host)}): refused`,
     );
 }
 

@@ -2,13 +2,14 @@
  * `reckon serve`: the store-wide view over HTTP: `/metrics` for Prometheus, a JSON API under
  * `/api`, and a dashboard at `/`.
  */
-import type { Command } from 'commander';
+import { Option, type Command } from 'commander';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Metrics } from '../../observe/metrics.js';
 import { createReckonApp } from '../../server/app.js';
 import type { HealthFn } from '../../server/context.js';
 import { parseAllowedHosts } from '../../server/host-check.js';
+import { Notifier } from '../../server/notify.js';
 import { loadOperations } from '../operations-module.js';
 import { intOption } from '../parse.js';
 import { addStoreOption, openCliQueue, storeLabel, type StoreFlags } from '../store-option.js';
@@ -30,6 +31,10 @@ interface ServeFlags extends StoreFlags {
   refuseSelfApproval?: boolean;
   rateLimitMax?: number;
   rateLimitWindowMs?: number;
+  notifyUrl?: string;
+  notifyFormat: 'slack' | 'json';
+  publicUrl?: string;
+  notifyLeaseMs?: number;
 }
 
 const INT_MAX = Number.MAX_SAFE_INTEGER;
@@ -83,6 +88,27 @@ export function registerServe(program: Command): void {
       'comma-separated host names the server also answers to (Host header), besides its ' +
         'address, localhost and IP addresses; * for any (env RECKON_SERVE_ALLOWED_HOSTS)',
       process.env.RECKON_SERVE_ALLOWED_HOSTS,
+    )
+    .option(
+      '--notify-url <url>',
+      'POST a notification here when a job awaits approval or needs review, with a link to its ' +
+        'page; delivered as a reckon job (queue reckon.notify). Prefer RECKON_NOTIFY_URL: a ' +
+        'webhook URL is a secret',
+      process.env.RECKON_NOTIFY_URL,
+    )
+    .addOption(
+      new Option('--notify-format <format>', 'slack: { text }; json: the job fields')
+        .choices(['slack', 'json'])
+        .default('json'),
+    )
+    .option(
+      '--public-url <url>',
+      'the address people reach this server at, for links in notifications (default: its own)',
+    )
+    .option(
+      '--notify-lease-ms <ms>',
+      'lease of a notification delivery: how soon one a killed server left is taken over',
+      intOption(1_000, 2 ** 31),
     )
     .option(
       '--max-queue-age <ms>',
@@ -146,11 +172,21 @@ async function runServe(flags: ServeFlags): Promise<void> {
   process.stderr.write(
     `reckon: serving ${storeLabel(flags.store)} at ${url}${basePath}/ (metrics at ${basePath}/metrics)\n`,
   );
+  const notifier = flags.notifyUrl
+    ? new Notifier(q, {
+        url: flags.notifyUrl,
+        format: flags.notifyFormat,
+        consoleUrl: (flags.publicUrl ?? url) + basePath,
+        ...(flags.notifyLeaseMs !== undefined ? { leaseMs: flags.notifyLeaseMs } : {}),
+      })
+    : undefined;
+  await notifier?.start();
   await new Promise<void>((resolve) => {
     const stop = () => resolve();
     process.once('SIGINT', stop);
     process.once('SIGTERM', stop);
   });
+  await notifier?.stop();
   server.closeAllConnections();
   await new Promise<void>((resolve) => server.close(() => resolve()));
   await q.close();
