@@ -79,7 +79,7 @@ describe('reckon serve', () => {
     };
     expect(listed.jobs.map((d) => d.job.id)).toEqual([doubtful.id]);
     const html = await (await fetch(`${url}/`)).text();
-    expect(html).toContain('<title>reckon</title>');
+    expect(html).toContain('<title>Overview · reckon</title>');
 
     const body = JSON.stringify({ as: 'failed', actor: 'dana', note: 'not in the CRM' });
     const refused = await fetch(`${url}/api/review/${doubtful.id}/resolve`, {
