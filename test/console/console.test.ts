@@ -253,6 +253,11 @@ describe.skipIf(missing !== null)(
       await page.goto(`${served.url}/`);
       await expectAccessible(page, 'the overview');
       await shot(page, 'overview');
+      // The dark theme (prefers-color-scheme) passes too.
+      await page.emulateMedia({ colorScheme: 'dark' });
+      await page.goto(`${served.url}/jobs/${job.id}`);
+      await expectAccessible(page, 'a job page in the dark theme');
+      await shot(page, 'job-dark');
     });
   },
 );
