@@ -69,6 +69,7 @@ export {
   QueueClosed,
   RateLimited,
   InvalidSchedule,
+  ApprovalInputChanged,
 } from './core/errors.js';
 export { defineSchedule, isSchedule, SCHEDULE_LATE_MAX_MS } from './core/schedule.js';
 export type { Schedule, ScheduleSpec, MissedPolicy } from './core/schedule.js';
@@ -91,6 +92,8 @@ export type { ResolveOptions, ReviewDecision } from './runtime/review.js';
 export { DEFAULT_RETENTION, parseAge } from './runtime/retention.js';
 export type { RetentionOptions, RetentionSettings } from './runtime/retention.js';
 export type { ApprovalRequest, DecideOptions } from './runtime/approvals.js';
+export { inputHashOf } from './runtime/approvals.js';
+export type { JobSearchQuery, Overview } from './runtime/search.js';
 export { Faults, FAULT_POINTS, InjectedFault, parseFaults } from './runtime/faults.js';
 export type { FaultPoint, FaultAction, FaultSpec } from './runtime/faults.js';
 export { createStore, DEFAULT_STORE_URL } from './store/open.js';
@@ -104,6 +107,8 @@ export type {
   JobPruneParams,
   JobPruneResult,
   PrunableState,
+  JobSearchPage,
+  ActivityStats,
 } from './store/store.js';
 export { createLogger } from './observe/logger.js';
 export { Metrics } from './observe/metrics.js';

@@ -7,6 +7,8 @@ import Database from 'better-sqlite3';
 import pg from 'pg';
 import { describe, expect, it, type TestContext } from 'vitest';
 import {
+  ApprovalInputChanged,
+  inputHashOf,
   InvalidInput,
   JobNotFound,
   JobStateConflict,
@@ -355,6 +357,28 @@ describe.each(STORE_KINDS)('approvals on %s', (kind) => {
       const { events } = await rig.job(job.id);
       expect(events.filter((e) => e.fromState === 'AWAITING_APPROVAL')).toHaveLength(1);
     }
+  });
+
+  it('an approval bound to the hash of another input decides nothing (ApprovalInputChanged)', async (ctx) => {
+    const rig = await Rig.open(ctx, kind);
+    const op = approvalOp(rig, 'none');
+    const job = await rig.q.enqueue(op, { amount: 10 }, { key: 'bound-1' });
+    const seen = inputHashOf({ amount: 1000 });
+    await expect(
+      rig.q.approvals.decide(job.id, { approve: true, actor: 'alice', inputHash: seen }),
+    ).rejects.toBeInstanceOf(ApprovalInputChanged);
+    await expect(
+      rig.q.approvals.decide(job.id, { approve: true, actor: 'alice', inputHash: 'nope' }),
+    ).rejects.toBeInstanceOf(InvalidInput);
+    expect((await rig.job(job.id)).job.state).toBe('AWAITING_APPROVAL');
+    // Key order does not change the hash: it is the canonical JSON's.
+    expect(inputHashOf({ b: 1, a: 2 })).toBe(inputHashOf({ a: 2, b: 1 }));
+    const decided = await rig.q.approvals.decide(job.id, {
+      approve: true,
+      actor: 'alice',
+      inputHash: inputHashOf(job.input),
+    });
+    expect(decided.state).toBe('QUEUED');
   });
 
   it('the approval list filters by operation and counts by operation', async (ctx) => {

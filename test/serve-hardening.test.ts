@@ -74,9 +74,10 @@ describe('reckon serve: Host check', () => {
     for (const path of ['/api/jobs', '/api/status', '/metrics', '/']) {
       const r = await get(url, path, `attacker.example:${url.port}`);
       expect(r.status, path).toBe(421);
-      const { error } = JSON.parse(r.body) as { error: { code: string; message: string } };
-      expect(error.code).toBe('HOST_NOT_ALLOWED');
-      expect(error.message).toContain('--allowed-hosts');
+      const problem = JSON.parse(r.body) as { code: string; detail: string; status: number };
+      expect(problem.code).toBe('HOST_NOT_ALLOWED');
+      expect(problem.status).toBe(421);
+      expect(problem.detail).toContain('--allowed-hosts');
     }
     for (const host of [`localhost:${url.port}`, `127.0.0.1:${url.port}`, 'LOCALHOST'])
       expect((await get(url, '/api/jobs', host)).status, host).toBe(200);
@@ -99,7 +100,7 @@ describe('reckon serve: --protect-reads and the token', () => {
     const host = `127.0.0.1:${url.port}`;
     const open = await get(url, '/metrics', host);
     expect(open.status).toBe(401);
-    expect((JSON.parse(open.body) as { error: { code: string } }).error.code).toBe('UNAUTHORIZED');
+    expect((JSON.parse(open.body) as { code: string }).code).toBe('UNAUTHORIZED');
     expect((await get(url, '/metrics', host, 'wrong')).status).toBe(401);
     const authorized = await get(url, '/metrics', host, 'r3ad');
     expect(authorized.status).toBe(200);

@@ -79,7 +79,7 @@ describe('reckon serve', () => {
     };
     expect(listed.jobs.map((d) => d.job.id)).toEqual([doubtful.id]);
     const html = await (await fetch(`${url}/`)).text();
-    expect(html).toContain('<title>reckon</title>');
+    expect(html).toContain('<title>Overview · reckon</title>');
 
     const body = JSON.stringify({ as: 'failed', actor: 'dana', note: 'not in the CRM' });
     const refused = await fetch(`${url}/api/review/${doubtful.id}/resolve`, {
@@ -103,11 +103,16 @@ describe('reckon serve', () => {
     const detail = (await (await fetch(`${url}/api/jobs/${doubtful.id}`)).json()) as {
       events: { kind: string; actor: string }[];
     };
-    expect(detail.events.at(-1)).toMatchObject({ kind: 'resolved', actor: 'operator:dana' });
+    // The body's actor is not believed: the decision records the token that made it.
+    expect(detail.events.at(-1)).toMatchObject({
+      kind: 'resolved',
+      actor: 'operator:admin',
+      detail: { as: 'failed', by: { principal: 'admin', role: 'admin', tokenId: 'serve-token' } },
+    });
     expect((await fetch(`${url}/api/jobs/nope`)).status).toBe(404);
   });
 
-  it('refuses review decisions over HTTP when started without a token', async () => {
+  it('refuses review decisions over HTTP without a token (401)', async () => {
     const s = store();
     const q = await openQueue({ store: s.url });
     await q.close();
@@ -116,7 +121,8 @@ describe('reckon serve', () => {
       /at (http:\/\/[^/\s]+)\//,
     );
     const res = await fetch(`${url}/api/review/x/resolve`, { method: 'POST', body: '{}' });
-    expect(res.status).toBe(403);
+    expect(res.status).toBe(401);
+    expect(res.headers.get('content-type')).toMatch(/^application\/problem\+json/);
   });
 });
 

@@ -1190,4 +1190,150 @@ describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
       expect((await store.statsGet()).expiredLeases).toBe(1);
     });
   });
+
+  // ------------------------------------------------------------------ console queries
+
+  describe('jobSearch', () => {
+    const page = (o: Partial<Parameters<Store['jobSearch']>[0]> = {}) =>
+      store.jobSearch({ limit: 50, scanRowsMax: 20_000, ...o });
+
+    it('pages newest first by keyset, each job once, with every filter applied', async () => {
+      const jobs = Array.from({ length: 23 }, (_, i) =>
+        newJob(`k${i}`, {
+          queue: i % 3 === 0 ? 'mail' : 'default',
+          operation: i % 2 === 0 ? 'op.a' : 'op.b',
+        }),
+      );
+      await insert(...jobs);
+      const seen: string[] = [];
+      let before: string | undefined;
+      for (let calls = 0; calls < 10; calls++) {
+        const r = await page({ limit: 5, ...(before ? { beforeId: before } : {}) });
+        seen.push(...r.jobs.map((j) => j.id));
+        if (r.nextBeforeId === null) break;
+        before = r.nextBeforeId;
+      }
+      expect(seen).toEqual(jobs.map((j) => j.id).reverse());
+      const mailA = await page({ queue: 'mail', operation: 'op.a' });
+      expect(mailA.jobs.map((j) => j.requestKey)).toEqual(['k18', 'k12', 'k6', 'k0']);
+      await claim({ limit: 2 });
+      const leased = await page({ states: ['LEASED'] });
+      expect(leased.jobs.map((j) => j.state)).toEqual(['LEASED', 'LEASED']);
+      expect((await page({ states: ['LEASED', 'QUEUED'] })).jobs).toHaveLength(23);
+    });
+
+    it('reads the people-sized states through their partial indexes, keyset-paged', async () => {
+      const u = await unknownJob('u-1');
+      await insert(newJob('approve-me', { approval: { reason: 'big', expiresInMs: null } }));
+      const open = await page({ states: ['UNKNOWN', 'AWAITING_APPROVAL', 'NEEDS_REVIEW'] });
+      expect(open.jobs.map((j) => j.requestKey)).toEqual(['approve-me', 'u-1']);
+      expect(open.nextBeforeId).toBeNull();
+      const one = await page({ states: ['UNKNOWN', 'AWAITING_APPROVAL'], limit: 1 });
+      expect(one.jobs.map((j) => j.requestKey)).toEqual(['approve-me']);
+      expect(one.nextBeforeId).toBe(one.jobs[0]!.id);
+      const two = await page({
+        states: ['UNKNOWN', 'AWAITING_APPROVAL'],
+        limit: 1,
+        beforeId: one.nextBeforeId!,
+      });
+      expect(two.jobs.map((j) => j.id)).toEqual([u.job.id]);
+    });
+
+    it('finds a job by id, request key, run id, fingerprint and text in its input', async () => {
+      const [a, b, c] = await insert(
+        newJob('order-1', { inputJson: JSON.stringify({ note: 'Refund 50% for Ada_Lovelace' }) }),
+        newJob('run-7:step-2', { runId: 'run-7', stepId: 'step-2' }),
+        newJob('order-3', { fingerprint: 'f'.repeat(64) }),
+        newJob('other', { inputJson: JSON.stringify({ note: 'refund 5 for Bob' }) }),
+      );
+      const keys = async (text: string) =>
+        (await page({ text })).jobs.map((j) => j.requestKey).sort();
+      expect(await keys(a!.job.id)).toEqual(['order-1']);
+      expect(await keys('order-1')).toEqual(['order-1']);
+      expect(await keys('run-7')).toEqual(['run-7:step-2']);
+      expect(await keys(c!.job.fingerprint)).toEqual(['order-3']);
+      // Case-insensitive; % and _ are literal, not wildcards.
+      expect(await keys('50% FOR ada_')).toEqual(['order-1']);
+      expect(await keys('refund')).toEqual(['order-1', 'other']);
+      expect(await keys('%')).toEqual(['order-1']);
+      expect(await keys("x' OR '1'='1")).toEqual([]);
+      // The exact hits obey the other filters too.
+      expect((await page({ text: b!.job.id, queue: 'mail' })).jobs).toEqual([]);
+      expect(await store.jobGet({ id: a!.job.id })).not.toBeNull();
+    });
+
+    it('reads at most scanRowsMax jobs per call and says where to continue', async () => {
+      const jobs = Array.from({ length: 12 }, (_, i) =>
+        newJob(`w${i}`, i === 1 ? { operation: 'op.rare' } : {}),
+      );
+      await insert(...jobs);
+      const r1 = await page({ operation: 'op.rare', scanRowsMax: 5 });
+      expect(r1.jobs).toEqual([]);
+      expect(r1.scanStopped).toBe(true);
+      expect(r1.nextBeforeId).toBe(jobs[7]!.id);
+      const r2 = await page({ operation: 'op.rare', scanRowsMax: 5, beforeId: r1.nextBeforeId! });
+      expect(r2).toMatchObject({ jobs: [], scanStopped: true, nextBeforeId: jobs[2]!.id });
+      const r3 = await page({ operation: 'op.rare', scanRowsMax: 5, beforeId: r2.nextBeforeId! });
+      expect(r3.jobs.map((j) => j.requestKey)).toEqual(['w1']);
+      expect(r3).toMatchObject({ scanStopped: false, nextBeforeId: null });
+    });
+
+    it('filters by creation time (the time in the uuid v7 id)', async () => {
+      await insert(newJob('early-1'), newJob('early-2'));
+      await sleep(30);
+      const t = await store.clockNow();
+      await sleep(30);
+      await insert(newJob('late-1'));
+      const keys = async (o: { createdFrom?: number; createdTo?: number }) =>
+        (await page(o)).jobs.map((j) => j.requestKey);
+      expect(await keys({ createdFrom: t })).toEqual(['late-1']);
+      expect(await keys({ createdTo: t })).toEqual(['early-2', 'early-1']);
+      expect(await keys({ createdFrom: t - 60_000, createdTo: t + 60_000 })).toHaveLength(3);
+      expect(await keys({ createdFrom: t + 60_000 })).toEqual([]);
+    });
+  });
+
+  describe('statsActivityGet', () => {
+    it('counts ended jobs per bucket and UNKNOWN / NEEDS_REVIEW growth', async () => {
+      await unknownJob('u1');
+      const c = await claimOne('s1');
+      await store.attemptDispatchMany({ leases: [leaseOf(c)] });
+      expect(await store.attemptFinishMany({ finishes: [succeeded(leaseOf(c))] })).toEqual([true]);
+      await insert(newJob('c1'));
+      const job = (await page0()).find((j) => j.requestKey === 'c1')!;
+      expect((await store.jobCancel({ id: job.id, actor: 't', reason: 'test' }))?.cancelled).toBe(
+        true,
+      );
+      const a = await store.statsActivityGet({
+        windowMs: 3_600_000,
+        bucketMs: 300_000,
+        bucketRowsMax: 1_000,
+      });
+      expect(Math.abs(a.now - Date.now())).toBeLessThan(2_000);
+      expect(a.finished).toHaveLength(12);
+      expect(a.finished[0]!.at).toBe(a.now - 3_600_000);
+      const last = a.finished[11]!;
+      expect(last).toMatchObject({ succeeded: 1, failed: 0, cancelled: 1, estimated: false });
+      expect(a.finished.slice(0, 11).every((b) => b.succeeded + b.cancelled === 0)).toBe(true);
+      expect(a.unknown).toEqual({ now: 1, entered: 1 });
+      expect(a.needsReview).toEqual({ now: 0, entered: 0 });
+      const narrow = await store.statsActivityGet({ windowMs: 1, bucketMs: 1, bucketRowsMax: 10 });
+      expect(narrow.unknown.now).toBe(1);
+      // A bucket with more ended jobs than it may read is estimated from its latest ones.
+      const sampled = await store.statsActivityGet({
+        windowMs: 3_600_000,
+        bucketMs: 3_600_000,
+        bucketRowsMax: 1,
+      });
+      expect(sampled.finished).toHaveLength(1);
+      expect(sampled.finished[0]!.estimated).toBe(true);
+      expect(
+        sampled.finished[0]!.succeeded + sampled.finished[0]!.cancelled,
+      ).toBeGreaterThanOrEqual(1);
+    });
+
+    async function page0() {
+      return (await store.jobSearch({ limit: 50, scanRowsMax: 100 })).jobs;
+    }
+  });
 });

@@ -2,6 +2,7 @@
  * reckon's own MCP tools beside the operations: `reckon_job` (a job's outcome and evidence) and,
  * where the server allows it, the approval queue (`reckon_approvals`, `reckon_approval_decide`).
  */
+import type { DecisionBy } from '../runtime/decision-by.js';
 import type { CallToolResult, Tool } from '@modelcontextprotocol/sdk/types.js';
 import { InvalidInput, JobNotFound, NotAuthorized } from '../core/errors.js';
 import type { JobDetail } from '../store/store.js';
@@ -23,7 +24,7 @@ export type McpQueue = AgentQueue & {
     list(): Promise<unknown[]>;
     decide(
       jobId: string,
-      d: { approve: boolean; actor: string; note?: string; by?: Record<string, unknown> },
+      d: { approve: boolean; actor: string; note?: string; by?: DecisionBy },
     ): Promise<unknown>;
   };
 };

@@ -21,6 +21,7 @@ import { registerMcp } from './commands/mcp.js';
 import { registerReview } from './commands/review.js';
 import { registerServe } from './commands/serve.js';
 import { registerStatus } from './commands/status.js';
+import { registerTokens } from './commands/tokens.js';
 import { registerWork } from './commands/work.js';
 import { EXIT_HELP, EXIT_SHORT_HELP, reportError } from './exit.js';
 
@@ -64,6 +65,7 @@ export function buildProgram(): Command {
   registerQueues(program);
   registerStatus(program);
   registerServe(program);
+  registerTokens(program);
   registerPrune(program);
   registerBackup(program);
   registerRestore(program);

@@ -136,6 +136,21 @@ export class OperationsModuleError extends ReckonError {
   }
 }
 
+/**
+ * An approval sent with the hash of the input its approver was shown (`inputHash`), for a job
+ * whose input does not hash to it: the person approved something else. Nothing is decided.
+ */
+export class ApprovalInputChanged extends ReckonError {
+  readonly jobId: string;
+  constructor(jobId: string) {
+    super(
+      'APPROVAL_INPUT_CHANGED',
+      `job ${jobId}'s input is not the one this decision was made on: nothing was decided; look at the job again and decide on what it holds now`,
+    );
+    this.jobId = jobId;
+  }
+}
+
 /** A state-dependent request that the job's current state does not allow (e.g. cancel after dispatch). */
 export class JobStateConflict extends ReckonError {
   readonly state: string;
@@ -359,6 +374,79 @@ export class BackupUnsupported extends ReckonError {
     super('BACKUP_UNSUPPORTED', message);
     this.command = command;
     this.restoreCommand = restoreCommand;
+  }
+}
+
+/**
+ * Refusals at the HTTP edge (`reckon serve`, `createReckonApp`), each with the status it is
+ * answered with. The message says what to do.
+ */
+export class HttpRefusal extends ReckonError {
+  readonly status: number;
+  constructor(status: number, code: string, message: string) {
+    super(code, message);
+    this.status = status;
+  }
+}
+
+/** No credentials, or ones that are unknown, revoked or expired (401). */
+export class AuthenticationRequired extends HttpRefusal {
+  constructor(message: string) {
+    super(401, 'UNAUTHORIZED', message);
+  }
+}
+
+/** The authenticated principal's role does not allow this (403). */
+export class NotPermitted extends HttpRefusal {
+  constructor(message: string) {
+    super(403, 'FORBIDDEN', message);
+  }
+}
+
+/** A state-changing request from another site, or a cookie session without its form token (403). */
+export class CrossSiteRequest extends HttpRefusal {
+  constructor(message: string) {
+    super(403, 'CROSS_SITE_REQUEST', message);
+  }
+}
+
+/** A request body over the server's `bodyBytesMax`, or JSON nested deeper than `jsonDepthMax` (413). */
+export class RequestTooLarge extends HttpRefusal {
+  constructor(message: string) {
+    super(413, 'REQUEST_TOO_LARGE', message);
+  }
+}
+
+/** More requests than the server's `rateLimitMax` per `rateLimitWindowMs` for one token (429). */
+export class TooManyRequests extends HttpRefusal {
+  readonly retryAfterMs: number;
+  constructor(message: string, retryAfterMs: number) {
+    super(429, 'TOO_MANY_REQUESTS', message);
+    this.retryAfterMs = retryAfterMs;
+  }
+}
+
+/** A `Host` header that names another server: refused, against DNS rebinding (421). */
+export class HostNotAllowed extends HttpRefusal {
+  constructor(message: string) {
+    super(421, 'HOST_NOT_ALLOWED', message);
+  }
+}
+
+/** `reckon tokens create` with a name already used by another token. */
+export class TokenNameTaken extends ReckonError {
+  constructor(name: string) {
+    super(
+      'TOKEN_NAME_TAKEN',
+      `a token named ${JSON.stringify(name)} exists; revoke it first or choose another name`,
+    );
+  }
+}
+
+/** `reckon tokens revoke` of a name no live token has. */
+export class TokenNotFound extends ReckonError {
+  constructor(name: string) {
+    super('TOKEN_NOT_FOUND', `no live token named ${JSON.stringify(name)} (reckon tokens list)`);
   }
 }
 

@@ -6,16 +6,19 @@
  */
 import {
   ApprovalExpired,
+  ApprovalInputChanged,
   InvalidInput,
   JobNotFound,
   JobStateConflict,
   errorMessage,
   type ErrorInfo,
 } from '../core/errors.js';
+import { fingerprintOf } from '../core/json.js';
 import { assertJobTransition } from '../core/states.js';
 import type { EventEmitter } from 'node:events';
 import type { Logger } from '../core/operation.js';
 import type { JobRecord, Store } from '../store/store.js';
+import { deciderOf, type DecisionBy } from './decision-by.js';
 
 /** An awaiting job as the approver sees it: the job (with its input and reason), its age and expiry. */
 export type ApprovalRequest = JobRecord & {
@@ -27,9 +30,21 @@ export type ApprovalRequest = JobRecord & {
 
 export interface DecideOptions {
   approve: boolean;
-  /** Who decided; kept as `operator:<actor>`. */
-  actor: string;
+  /** Who decided; kept as `operator:<actor>`. Not needed with `by`. */
+  actor?: string;
+  /** Who decided and how they were identified, kept in the event's detail (wins over `actor`). */
+  by?: DecisionBy;
   note?: string;
+  /**
+   * The hash of the input the person was shown (`inputHashOf(job.input)`): when given, a job
+   * whose input does not hash to it is not decided (ApprovalInputChanged).
+   */
+  inputHash?: string;
+}
+
+/** The hash an approval is bound to: SHA-256 of the input's canonical JSON, hex. */
+export function inputHashOf(input: unknown): string {
+  return fingerprintOf(input, 'input');
 }
 
 /** How many expired approvals one pass cancels: a short write, repeated while there are more. */
@@ -88,13 +103,12 @@ export class Approvals {
       throw new InvalidInput('job id must be a non-empty string');
     if (typeof options?.approve !== 'boolean')
       throw new InvalidInput('decide needs approve: true or false');
-    if (typeof options.actor !== 'string' || options.actor.trim() === '')
-      throw new InvalidInput('decide needs an actor: who made this decision');
+    const { actor, by } = deciderOf(options, 'decide');
     const note = options.note ?? '';
     if (typeof note !== 'string' || note.length > NOTE_LENGTH_MAX)
       throw new InvalidInput(`note must be a string of at most ${NOTE_LENGTH_MAX} characters`);
+    if (options.inputHash !== undefined) await this.checkInputHash(jobId, options.inputHash);
     const approve = options.approve;
-    const actor = `operator:${options.actor.trim()}`;
     const to = approve ? 'QUEUED' : 'CANCELLED';
     assertJobTransition('AWAITING_APPROVAL', to);
     const error: ErrorInfo | null = approve
@@ -109,7 +123,7 @@ export class Approvals {
       to,
       kind: approve ? 'approved' : 'denied',
       actor,
-      detail: { approve, note },
+      detail: { approve, note, ...(by ? { by } : {}) },
       error,
     });
     if (!r.ok) {
@@ -139,15 +153,28 @@ export class Approvals {
     return job;
   }
 
+  /**
+   * A job's input is written once, at enqueue, so a read before the decision's conditional write
+   * sees what the decision applies to; a mismatch is a stale or forged form, or a journal edited
+   * by hand.
+   */
+  private async checkInputHash(jobId: string, inputHash: string): Promise<void> {
+    if (typeof inputHash !== 'string' || !/^[0-9a-f]{64}$/.test(inputHash))
+      throw new InvalidInput('inputHash must be 64 lowercase hex digits (SHA-256)');
+    const detail = await this.queue.store.jobGet({ id: jobId });
+    if (!detail) throw new JobNotFound(jobId);
+    if (inputHashOf(detail.job.input) !== inputHash) throw new ApprovalInputChanged(jobId);
+  }
+
   /** `q.cancel` of a job awaiting approval: CANCELLED as by a denial, with a `cancelled` event. */
-  async cancel(jobId: string, actor: string, reason: string): Promise<JobRecord> {
+  async cancel(jobId: string, actor: string, reason: string, by?: DecisionBy): Promise<JobRecord> {
     assertJobTransition('AWAITING_APPROVAL', 'CANCELLED');
     const r = await this.queue.store.jobApprovalDecide({
       jobId,
       to: 'CANCELLED',
       kind: 'cancelled',
       actor,
-      detail: { reason },
+      detail: { reason, ...(by ? { by } : {}) },
       error: { name: 'Cancelled', message: reason },
     });
     if (!r.ok) {

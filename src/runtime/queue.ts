@@ -22,13 +22,22 @@ import {
 } from '../core/operation.js';
 import type { JobState } from '../core/states.js';
 import { isJobState } from '../core/states.js';
-import type { JobDetail, JobInsert, JobInsertResult, JobRecord, Store } from '../store/store.js';
+import type {
+  JobDetail,
+  JobInsert,
+  JobInsertResult,
+  JobRecord,
+  JobSearchPage,
+  Store,
+} from '../store/store.js';
 import { Approvals } from './approvals.js';
 import { Queues, Schedules } from './flow.js';
+import { deciderOf, type DecisionBy } from './decision-by.js';
 import { noopObserver, safeLogger, silentLogger, type RuntimeObserver } from './observer.js';
 import { Faults } from './faults.js';
 import { Reclaimer } from './reclaimer.js';
 import { Review } from './review.js';
+import { overviewOf, searchJobs, type JobSearchQuery, type Overview } from './search.js';
 import { LIMITS } from './settings.js';
 import { Worker, type WorkerOptions } from './worker.js';
 import {
@@ -72,6 +81,8 @@ export interface EnqueueOptions {
   /** Higher runs first; -1000 to 1000. Default 0. */
   priority?: number;
   queue?: string;
+  /** Recorded as the actor of the `enqueued` event (who asked for the job); default the queue's. */
+  actor?: string;
   /**
    * PostgreSQL only (the outbox pattern): your `pg` Client or PoolClient, with a transaction open
    * on it. The job is written in that transaction and exists iff it commits. For `enqueueMany`,
@@ -182,16 +193,16 @@ export class Queue {
     input: I,
     options: EnqueueOptions = {},
   ): Promise<EnqueuedJob> {
-    const { transaction, ...item } = options ?? {};
-    const [job] = await this.enqueueMany(op, [{ input, ...item }], { transaction });
+    const { transaction, actor, ...item } = options ?? {};
+    const [job] = await this.enqueueMany(op, [{ input, ...item }], { transaction, actor });
     return job!;
   }
 
   /** One durable batch: all jobs are accepted, or (on a conflict or bad input) none is. */
   async enqueueMany<I>(
     op: Operation<I, unknown> | string,
-    items: (Omit<EnqueueOptions, 'transaction'> & { input: I })[],
-    batch: { transaction?: unknown } = {},
+    items: (Omit<EnqueueOptions, 'transaction' | 'actor'> & { input: I })[],
+    batch: { transaction?: unknown; actor?: string | undefined } = {},
   ): Promise<EnqueuedJob[]> {
     this.assertOpen();
     const operation = this.resolve(op);
@@ -222,7 +233,7 @@ export class Queue {
     try {
       results = await this.store.jobInsertMany({
         jobs: inserts,
-        actor: this.actor,
+        actor: batch.actor ?? this.actor,
         ...(batch.transaction !== undefined ? { transaction: batch.transaction } : {}),
       });
     } catch (err) {
@@ -483,18 +494,41 @@ export class Queue {
     });
   }
 
-  /** Cancels a job that has not dispatched its request. */
-  async cancel(id: string, options: { actor?: string; reason?: string } = {}): Promise<JobRecord> {
+  /**
+   * A page of jobs, newest first, by filters and search text; bounded work per call whatever
+   * the filters (see `JobSearchQuery`). Continue with `before: page.nextBeforeId`.
+   */
+  async search(query: JobSearchQuery = {}): Promise<JobSearchPage> {
     this.assertOpen();
+    return searchJobs(this.store, query);
+  }
+
+  /** Counts by state and queue, approvals waiting, the last hour's throughput and growth. */
+  async overview(): Promise<Overview> {
+    this.assertOpen();
+    return overviewOf(this.store);
+  }
+
+  /**
+   * Cancels a job that has not dispatched its request. `by`: who decided (recorded in the
+   * event's detail; its principal is the actor).
+   */
+  async cancel(
+    id: string,
+    options: { actor?: string; reason?: string; by?: DecisionBy } = {},
+  ): Promise<JobRecord> {
+    this.assertOpen();
+    const actor = options.by ? deciderOf(options, 'cancel').actor : (options.actor ?? this.actor);
     const r = await this.store.jobCancel({
       id,
-      actor: options.actor ?? this.actor,
+      actor,
       reason: options.reason ?? 'cancelled',
+      ...(options.by ? { by: { ...options.by } } : {}),
     });
     if (!r) throw new JobNotFound(id);
     // Awaiting approval: cancelled the way a denial is, by a write conditional on that state.
     if (!r.cancelled && r.job.state === 'AWAITING_APPROVAL')
-      return this.approvals.cancel(id, options.actor ?? this.actor, options.reason ?? 'cancelled');
+      return this.approvals.cancel(id, actor, options.reason ?? 'cancelled', options.by);
     if (!r.cancelled)
       throw new JobStateConflict(`job ${id} cannot be cancelled: ${r.why}`, r.job.state);
     this.log.info(

@@ -8,13 +8,16 @@ import type { Logger } from '../core/operation.js';
 import type { JobState } from '../core/states.js';
 import type { JobDetail, JobRecord, Store } from '../store/store.js';
 import type { RuntimeObserver } from './observer.js';
+import { deciderOf, type DecisionBy } from './decision-by.js';
 
 export type ReviewDecision = 'succeeded' | 'failed' | 'retry';
 
 export interface ResolveOptions {
   as: ReviewDecision;
-  /** Who decided; kept as `operator:<actor>`. */
-  actor: string;
+  /** Who decided; kept as `operator:<actor>`. Not needed with `by`. */
+  actor?: string;
+  /** Who decided and how they were identified, kept in the event's detail (wins over `actor`). */
+  by?: DecisionBy;
   note?: string;
 }
 
@@ -52,8 +55,7 @@ export class Review {
       throw new InvalidInput(
         `resolve as must be succeeded, failed or retry, got ${JSON.stringify(as)}`,
       );
-    if (typeof options.actor !== 'string' || options.actor.trim() === '')
-      throw new InvalidInput('resolve needs an actor: who made this decision');
+    const { actor: source, by } = deciderOf(options, 'resolve');
     const note = options.note ?? '';
     if (typeof note !== 'string' || note.length > 10_000)
       throw new InvalidInput('note must be a string of at most 10000 characters');
@@ -67,7 +69,6 @@ export class Review {
       );
     }
     const latest = detail.attempts.at(-1);
-    const source = `operator:${options.actor.trim()}`;
     const to = as === 'succeeded' ? 'SUCCEEDED' : as === 'failed' ? 'FAILED' : 'QUEUED';
     const applied = await this.queue.store.jobTransition({
       jobId,
@@ -80,7 +81,7 @@ export class Review {
       ...(as === 'failed'
         ? { error: { name: 'OperatorDecision', message: note || `marked failed by ${source}` } }
         : {}),
-      event: { kind: 'resolved', actor: source, detail: { as, note } },
+      event: { kind: 'resolved', actor: source, detail: { as, note, ...(by ? { by } : {}) } },
       byPerson: true,
     });
     if (!applied)

@@ -1,220 +1,283 @@
 /**
- * The HTTP API of `reckon serve`: read-only views of the store, and (only with a token)
- * review decisions. JSON in, JSON out; errors as `{ error: { code, message } }`.
+ * The JSON API (`/api/...`), one small handler per route over what `q.*` offers: read the
+ * store's status, list and read jobs, enqueue one or a batch, `call` (enqueue or attach, and
+ * wait for the outcome), and the decisions of people (approve or deny, resolve, cancel), each
+ * recorded with the principal the server authenticated. Requests are validated by the zod
+ * schemas of schemas.ts; errors are problem details (problem.ts).
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import { timingSafeEqual } from 'node:crypto';
-import { InvalidInput, JobNotFound, ReckonError } from '../core/errors.js';
-import { isJobState } from '../core/states.js';
-import type { Queue } from '../runtime/queue.js';
-import type { ApprovalStats, JobRecord, StoreStats } from '../store/store.js';
-import type { RouteHandler } from './metrics-server.js';
-import { DASHBOARD_HTML } from './dashboard.js';
+import { Hono, type Context } from 'hono';
+import type { z } from 'zod';
+import { InvalidInput, JobNotFound, NotPermitted, OutcomePending } from '../core/errors.js';
+import type { DecisionBy } from '../runtime/decision-by.js';
+import type { JobDetail } from '../store/store.js';
+import type { ApiDeps } from './app.js';
+import type { AppEnv } from './context.js';
+import { readJson } from './edge.js';
+import { openApiDocument } from './openapi.js';
+import { authorize, enqueuerOf, redactJob, type Principal } from './principal.js';
+import {
+  ApprovalsQuery,
+  CallBody,
+  CancelBody,
+  DecideBody,
+  EnqueueBatchBody,
+  EnqueueBody,
+  JobsQuery,
+  ResolveBody,
+} from './schemas.js';
 
-export interface ApiOptions {
-  queue: Queue;
-  /** Health of the store, with the thresholds the server was started with. */
-  health: (stats: StoreStats, approvals?: ApprovalStats) => { healthy: boolean; checks: unknown[] };
-  /** Bearer token for write routes (and for every /api route and /metrics when `protectReads`). No token: writes refused. */
-  token?: string;
-  protectReads?: boolean;
-}
+type C = Context<AppEnv>;
 
-/** Request bodies are review decisions: a few hundred bytes. */
-const BODY_BYTES_MAX = 64 * 1024;
+type Allow = (c: C, action: Parameters<typeof authorize>[1], operation?: string) => void;
+type Body = <S extends z.ZodType>(c: C, schema: S) => Promise<z.infer<S>>;
 
-export function apiRoutes(options: ApiOptions): RouteHandler {
-  const { queue } = options;
-  return async (req, res, url) => {
-    if (url.pathname === '/' && req.method === 'GET') {
-      res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' }).end(DASHBOARD_HTML);
-      return true;
-    }
-    if (url.pathname === '/metrics' && options.protectReads) {
-      try {
-        authorize(req, options.token, false);
-      } catch (err) {
-        if (err instanceof HttpError)
-          return send(res, err.status, { error: { code: err.code, message: err.message } });
-        throw err;
-      }
-      return false;
-    }
-    if (!url.pathname.startsWith('/api/')) return false;
-    const write = req.method !== 'GET' && req.method !== 'HEAD';
-    try {
-      if (write || options.protectReads) authorize(req, options.token, write);
-      const parts = url.pathname.split('/').filter(Boolean).slice(1).map(decodeURIComponent);
-      if (!write && parts[0] === 'status' && parts.length === 1) {
-        return send(res, 200, await statusOf(options));
-      }
-      if (!write && parts[0] === 'jobs' && parts.length === 1) {
-        return send(res, 200, { jobs: await listJobs(queue, url) });
-      }
-      if (!write && parts[0] === 'jobs' && parts.length === 2) {
-        const detail = await queue.job(parts[1]!);
-        if (!detail) throw new JobNotFound(parts[1]!);
-        return send(res, 200, detail);
-      }
-      if (!write && parts[0] === 'review' && parts.length === 1) {
-        return send(res, 200, { jobs: await queue.review.list() });
-      }
-      if (
-        req.method === 'POST' &&
-        parts[0] === 'review' &&
-        parts.length === 3 &&
-        parts[2] === 'resolve'
-      ) {
-        const body = await readJsonObject(req);
-        const job = await queue.review.resolve(parts[1]!, {
-          as: body.as as never,
-          actor: typeof body.actor === 'string' ? body.actor : '',
-          ...(typeof body.note === 'string' ? { note: body.note } : {}),
-        });
-        return send(res, 200, { job });
-      }
-      if (parts[0] === 'approvals') {
-        const handled = await approvalRoutes(queue, req, res, url, parts);
-        if (handled) return true;
-      }
-      return send(res, 404, {
-        error: { code: 'NOT_FOUND', message: `no route ${req.method ?? ''} ${url.pathname}` },
-      });
-    } catch (err) {
-      if (err instanceof HttpError)
-        return send(res, err.status, { error: { code: err.code, message: err.message } });
-      if (err instanceof JobNotFound)
-        return send(res, 404, { error: { code: err.code, message: err.message } });
-      if (err instanceof ReckonError)
-        return send(res, CONFLICTS.has(err.code) ? 409 : 400, {
-          error: { code: err.code, message: err.message },
-        });
-      throw err;
-    }
-  };
-}
-
-/** Errors that say the job's state no longer allows the request (HTTP 409). */
-const CONFLICTS = new Set(['JOB_STATE_CONFLICT', 'APPROVAL_EXPIRED']);
-
-/** GET /api/status: the store, its health checks, its stats and the approvals by operation. */
-async function statusOf(options: ApiOptions): Promise<object> {
-  const { queue } = options;
-  const [stats, approvals] = await Promise.all([
-    queue.store.statsGet(),
-    queue.store.jobApprovalStats(),
-  ]);
-  return {
-    store: queue.store.location,
-    ...options.health(stats, approvals),
-    ...stats,
-    approvals: approvals.byOperation,
-  };
-}
-
-/** GET /api/jobs (?state, ?queue, ?operation, ?before, ?limit). */
-async function listJobs(queue: ApiOptions['queue'], url: URL): Promise<JobRecord[]> {
-  const state = url.searchParams.getAll('state');
-  for (const s of state)
-    if (!isJobState(s)) throw new InvalidInput(`unknown state ${JSON.stringify(s)}`);
-  const limit = url.searchParams.has('limit') ? Number(url.searchParams.get('limit')) : 100;
-  const jobs = await queue.jobs({
-    ...(state.length ? { state: state as never } : {}),
-    ...(url.searchParams.get('queue') ? { queue: url.searchParams.get('queue')! } : {}),
-    ...(url.searchParams.get('operation') ? { operation: url.searchParams.get('operation')! } : {}),
-    ...(url.searchParams.get('before') ? { beforeId: url.searchParams.get('before')! } : {}),
-    limit,
-  });
-  return jobs;
-}
-
-/** GET /api/approvals (?operation, ?limit) and POST /api/approvals/<id> { approve, actor, note }. */
-async function approvalRoutes(
-  queue: Queue,
-  req: IncomingMessage,
-  res: ServerResponse,
-  url: URL,
-  parts: string[],
-): Promise<boolean> {
-  if (req.method === 'GET' && parts.length === 1) {
-    const operation = url.searchParams.get('operation');
-    const limit = url.searchParams.has('limit') ? Number(url.searchParams.get('limit')) : 100;
-    const jobs = await queue.approvals.list({ ...(operation ? { operation } : {}), limit });
-    return send(res, 200, { jobs });
-  }
-  if (req.method === 'POST' && parts.length === 2) {
-    const body = await readJsonObject(req);
-    const job = await queue.approvals.decide(parts[1]!, {
-      approve: body?.approve as boolean,
-      actor: typeof body?.actor === 'string' ? body.actor : '',
-      ...(typeof body?.note === 'string' ? { note: body.note } : {}),
+export function apiRoutes(deps: ApiDeps): Hono<AppEnv> {
+  const api = new Hono<AppEnv>();
+  const allow: Allow = (c, action, operation) =>
+    authorize(c.get('principal'), action, {
+      protectReads: deps.protectReads,
+      ...(operation !== undefined ? { operation } : {}),
     });
-    return send(res, 200, { job });
-  }
-  return false;
+  const body: Body = async (c, schema) => parse(schema, await readJson(c, deps.settings), 'body');
+  readRoutes(api, deps, allow);
+  produceRoutes(api, deps, allow, body);
+  decisionRoutes(api, deps, allow, body);
+  return api;
 }
 
-class HttpError extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-  ) {
-    super(message);
-  }
+/** Status, job lists, a job, the review and approval lists. */
+function readRoutes(api: Hono<AppEnv>, deps: ApiDeps, allow: Allow): void {
+  const { queue } = deps;
+  api.get('/openapi.json', (c) => c.json(openApiDocument(deps.basePath)));
+  // Who is signed in, and the session's form token for pages and scripts of this origin.
+  api.get('/session', (c) =>
+    c.json({ principal: c.get('principal'), csrfToken: c.get('csrfToken') }),
+  );
+
+  api.get('/status', async (c) => {
+    allow(c, 'read');
+    const [stats, approvals] = await Promise.all([
+      queue.store.statsGet(),
+      queue.store.jobApprovalStats(),
+    ]);
+    return c.json({
+      store: queue.store.location,
+      ...deps.health(stats, approvals),
+      ...stats,
+      approvals: approvals.byOperation,
+    });
+  });
+
+  api.get('/jobs', async (c) => {
+    allow(c, 'read');
+    const q = parse(JobsQuery, queryOf(c, ['state']), 'query');
+    const jobs = await queue.jobs({
+      ...(q.state ? { state: q.state } : {}),
+      ...(q.queue ? { queue: q.queue } : {}),
+      ...(q.operation ? { operation: q.operation } : {}),
+      ...(q.before ? { beforeId: q.before } : {}),
+      limit: q.limit ?? 100,
+    });
+    const p = c.get('principal');
+    return c.json({ jobs: jobs.map((j) => redactJob(p, j)) });
+  });
+
+  api.get('/jobs/:id', async (c) => {
+    const detail = await readableJob(c, deps, c.req.param('id'));
+    const p = c.get('principal');
+    return c.json({ ...detail, job: redactJob(p, detail.job) });
+  });
+
+  api.get('/review', async (c) => {
+    allow(c, 'read');
+    const p = c.get('principal');
+    const jobs = await queue.review.list();
+    return c.json({ jobs: jobs.map((d) => ({ ...d, job: redactJob(p, d.job) })) });
+  });
+
+  api.get('/approvals', async (c) => {
+    allow(c, 'read');
+    const q = parse(ApprovalsQuery, queryOf(c, []), 'query');
+    const jobs = await queue.approvals.list({
+      ...(q.operation ? { operation: q.operation } : {}),
+      limit: q.limit ?? 100,
+    });
+    const p = c.get('principal');
+    return c.json({ jobs: jobs.map((j) => redactJob(p, j)) });
+  });
 }
 
-function authorize(req: IncomingMessage, token: string | undefined, write: boolean): void {
-  if (!token) {
-    if (write)
-      throw new HttpError(
-        403,
-        'WRITES_DISABLED',
-        'this server is read-only; start reckon serve with --token to allow review decisions over HTTP',
-      );
-    return;
-  }
-  const given = /^Bearer (.+)$/.exec(req.headers.authorization ?? '')?.[1] ?? '';
-  const a = Buffer.from(given);
-  const b = Buffer.from(token);
-  if (a.length !== b.length || !timingSafeEqual(a, b))
-    throw new HttpError(401, 'UNAUTHORIZED', 'missing or wrong bearer token');
-}
+/** What a producer does: enqueue one or a batch, call. */
+function produceRoutes(api: Hono<AppEnv>, deps: ApiDeps, allow: Allow, body: Body): void {
+  const { queue } = deps;
+  api.post('/jobs', async (c) => {
+    allow(c, 'enqueue');
+    const { operation, ...item } = await body(c, EnqueueBody);
+    const job = await queue.enqueue(operation, item.input, {
+      ...enqueueOptions(item),
+      actor: enqueuerOf(c.get('principal')),
+    });
+    return c.json({ job, deduplicated: job.deduplicated }, job.deduplicated ? 200 : 201);
+  });
 
-function send(res: ServerResponse, status: number, body: unknown): true {
-  res
-    .writeHead(status, {
-      'content-type': 'application/json; charset=utf-8',
-      'cache-control': 'no-store',
-    })
-    .end(JSON.stringify(body));
-  return true;
-}
-
-/** A body that must be one JSON object: `null`, arrays and scalars are a 400, not a crash. */
-async function readJsonObject(req: IncomingMessage): Promise<Record<string, unknown>> {
-  const body = await readJson(req);
-  if (typeof body !== 'object' || body === null || Array.isArray(body))
-    throw new HttpError(
-      400,
-      'INVALID_BODY',
-      `the request body must be a JSON object (the decision and its actor), got ${body === null ? 'null' : Array.isArray(body) ? 'an array' : typeof body}`,
+  api.post('/jobs/batch', async (c) => {
+    allow(c, 'enqueue');
+    const b = await body(c, EnqueueBatchBody);
+    const jobs = await queue.enqueueMany(
+      b.operation,
+      b.jobs.map((j) => ({ input: j.input, ...enqueueOptions(j) })),
+      { actor: enqueuerOf(c.get('principal')) },
     );
-  return body as Record<string, unknown>;
+    return c.json({ jobs }, 201);
+  });
+
+  api.post('/call', (c) => callRoute(c, deps, allow));
 }
 
-async function readJson(req: IncomingMessage): Promise<unknown> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > BODY_BYTES_MAX)
-      throw new HttpError(413, 'BODY_TOO_LARGE', `request body over ${BODY_BYTES_MAX} bytes`);
-    chunks.push(chunk as Buffer);
-  }
+/** A person's decisions: cancel, resolve, approve or deny; each records the principal. */
+function decisionRoutes(api: Hono<AppEnv>, deps: ApiDeps, allow: Allow, body: Body): void {
+  const { queue } = deps;
+  api.post('/jobs/:id/cancel', async (c) => {
+    const id = c.req.param('id');
+    allow(c, 'cancel');
+    const { reason } = await body(c, CancelBody);
+    const detail = await queue.job(id);
+    if (!detail) throw new JobNotFound(id);
+    allow(c, 'cancel', detail.job.operation);
+    const job = await queue.cancel(id, {
+      ...(reason !== undefined ? { reason } : {}),
+      by: decisionBy(c.get('principal')),
+    });
+    return c.json({ job });
+  });
+
+  api.post('/review/:id/resolve', async (c) => {
+    const id = c.req.param('id');
+    allow(c, 'review');
+    const b = await body(c, ResolveBody);
+    const detail = await queue.job(id);
+    if (!detail) throw new JobNotFound(id);
+    allow(c, 'review', detail.job.operation);
+    const job = await queue.review.resolve(id, {
+      as: b.as,
+      ...(b.note !== undefined ? { note: b.note } : {}),
+      by: decisionBy(c.get('principal')),
+    });
+    return c.json({ job });
+  });
+
+  api.post('/approvals/:id', async (c) => {
+    const id = c.req.param('id');
+    allow(c, 'approve');
+    const b = await body(c, DecideBody);
+    const detail = await queue.job(id);
+    if (!detail) throw new JobNotFound(id);
+    const p = c.get('principal');
+    allow(c, 'approve', detail.job.operation);
+    if (deps.refuseSelfApproval && b.approve && enqueuedBy(detail) === enqueuerOf(p))
+      throw new NotPermitted(
+        `token ${p.name} enqueued job ${id}; this server refuses an approval by the principal that asked for the job (four eyes)`,
+      );
+    const job = await queue.approvals.decide(id, {
+      approve: b.approve,
+      ...(b.note !== undefined ? { note: b.note } : {}),
+      by: decisionBy(p),
+    });
+    return c.json({ job });
+  });
+}
+
+/** POST /api/call: enqueue or attach, then wait; pending answers 202 as `q.call` rejects. */
+async function callRoute(c: C, deps: ApiDeps, allow: Allow): Promise<Response> {
+  const { queue } = deps;
+  allow(c, 'enqueue');
+  const b = parse(CallBody, await readJson(c, deps.settings), 'body');
+  const waitMs = b.waitMs ?? 30_000;
+  if (waitMs > deps.settings.callWaitMsMax)
+    throw new InvalidInput(
+      `waitMs is at most ${deps.settings.callWaitMsMax} on this server (callWaitMsMax); call again to wait longer`,
+    );
+  // The client going away ends the wait (the job goes on).
+  const wait = { timeoutMs: waitMs, signal: c.req.raw.signal };
   try {
-    return JSON.parse(Buffer.concat(chunks).toString('utf8')) as unknown;
-  } catch {
-    throw new HttpError(400, 'INVALID_JSON', 'the request body is not JSON');
+    if (b.jobId !== undefined) {
+      await readableJob(c, deps, b.jobId);
+      return c.json(await queue.waitFor(b.jobId, wait));
+    }
+    const outcome = await queue.call(b.operation!, b.input, {
+      ...enqueueOptions(b),
+      ...wait,
+      actor: enqueuerOf(c.get('principal')),
+    });
+    return c.json(outcome);
+  } catch (err) {
+    if (!(err instanceof OutcomePending)) throw err;
+    return c.json(
+      {
+        code: err.code,
+        jobId: err.jobId,
+        state: err.state,
+        reason: err.reason,
+        message: err.message,
+        evidence: err.evidence,
+      },
+      202,
+    );
   }
+}
+
+/** The job, if the principal may read it: a producer reads only the jobs it enqueued. */
+async function readableJob(c: C, deps: ApiDeps, id: string): Promise<JobDetail> {
+  const p = c.get('principal');
+  const detail = await deps.queue.job(id);
+  if (p.role === 'producer') {
+    // Not found either way: a producer learns nothing of other principals' jobs.
+    if (!detail || enqueuedBy(detail) !== enqueuerOf(p)) throw new JobNotFound(id);
+    return detail;
+  }
+  authorize(p, 'read', { protectReads: deps.protectReads });
+  if (!detail) throw new JobNotFound(id);
+  return detail;
+}
+
+/** Who asked for the job: the actor of its `enqueued` event. */
+function enqueuedBy(detail: JobDetail): string | undefined {
+  return detail.events.find((e) => e.kind === 'enqueued')?.actor;
+}
+
+function decisionBy(p: Principal): DecisionBy {
+  return { principal: p.name, role: p.role, tokenId: p.tokenId, via: `http:${p.via}` };
+}
+
+function enqueueOptions(item: z.infer<typeof EnqueueBody> | z.infer<typeof CallBody>) {
+  return {
+    ...(item.key !== undefined ? { key: item.key } : {}),
+    ...(item.runId !== undefined ? { runId: item.runId } : {}),
+    ...(item.stepId !== undefined ? { stepId: item.stepId } : {}),
+    ...(item.queue !== undefined ? { queue: item.queue } : {}),
+    ...(item.priority !== undefined ? { priority: item.priority } : {}),
+    ...(item.delayMs !== undefined ? { delayMs: item.delayMs } : {}),
+    ...(item.runAt !== undefined ? { runAt: item.runAt } : {}),
+  };
+}
+
+/** The query string as an object; `multi` names parameters that may repeat. */
+function queryOf(c: C, multi: string[]): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  for (const [k, v] of Object.entries(c.req.queries())) {
+    out[k] = multi.includes(k) && v.length > 1 ? v : v[0]!;
+  }
+  return out;
+}
+
+/** Validates with a schema; a failure is InvalidInput naming the field (400). */
+export function parse<S extends z.ZodType>(schema: S, value: unknown, where: string): z.infer<S> {
+  const r = schema.safeParse(value);
+  if (r.success) return r.data;
+  const issue = r.error.issues[0]!;
+  const path = issue.path.map(String).join('.');
+  throw new InvalidInput(
+    `${where}${path ? `.${path}` : ''}: ${issue.message}`,
+    `$${path ? `.${path}` : ''}`,
+  );
 }

@@ -6,7 +6,14 @@ import type { ErrorInfo } from '../core/errors.js';
 import type { Json } from '../core/json.js';
 import type { BackoffPolicy } from '../core/retry.js';
 import { JOB_STATES, type AttemptState, type JobState, type Resolution } from '../core/states.js';
-import type { AttemptRecord, EventRecord, JobInsert, JobRecord, StoreStats } from './store.js';
+import type {
+  AttemptRecord,
+  EventRecord,
+  JobInsert,
+  JobRecord,
+  StoreStats,
+  TokenRecord,
+} from './store.js';
 
 type Time = number | string | Date | bigint;
 type MaybeTime = Time | null;
@@ -316,5 +323,31 @@ export function attemptFactFromRow(r: AttemptFactRow): {
     resolution: r.resolution as Resolution | null,
     resolutionSource: r.resolution_source,
     error: parseJson<ErrorInfo>(r.error_json),
+  };
+}
+
+export interface TokenRow {
+  id: string;
+  name: string;
+  role: string;
+  operations_json: string | null;
+  grants_json: string;
+  created_at: Time;
+  created_by: string;
+  expires_at: MaybeTime;
+  revoked_at: MaybeTime;
+}
+
+export function tokenFromRow(r: TokenRow): TokenRecord {
+  return {
+    id: r.id,
+    name: r.name,
+    role: r.role,
+    operations: r.operations_json === null ? null : (JSON.parse(r.operations_json) as string[]),
+    grants: JSON.parse(r.grants_json) as string[],
+    createdAt: toMs(r.created_at),
+    createdBy: r.created_by,
+    expiresAt: toMsOrNull(r.expires_at),
+    revokedAt: toMsOrNull(r.revoked_at),
   };
 }

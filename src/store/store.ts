@@ -226,6 +226,66 @@ export interface JobListParams {
   beforeId?: string;
 }
 
+/**
+ * A bounded search of the jobs, newest first (`jobSearch`). Keyset pagination on the id (uuid
+ * v7: ids sort by creation), never OFFSET. Every row the search reads lies in a window of at
+ * most `scanRowsMax` ids below the cursor, so a filter that matches few jobs costs that window,
+ * never the whole table; the page then says where the next window starts.
+ */
+export interface JobSearchParams {
+  states?: JobState[];
+  queue?: string;
+  operation?: string;
+  /** created_at >= this (epoch ms, store clock). */
+  createdFrom?: number;
+  /** created_at < this (epoch ms, store clock). */
+  createdTo?: number;
+  /**
+   * A job id or request key (exact, through their indexes), or a run id, a request fingerprint,
+   * or text in the input or the request key (within the window; case-insensitive).
+   */
+  text?: string;
+  limit: number;
+  /** Jobs with an id below this one (the page's `nextBeforeId`). */
+  beforeId?: string;
+  /** The most ids one call reads past (the window). */
+  scanRowsMax: number;
+}
+
+export interface JobSearchPage {
+  jobs: JobRecord[];
+  /** Where the next page starts (pass as `beforeId`); null: there is nothing older. */
+  nextBeforeId: string | null;
+  /** The window ended before the page was full: older jobs were not searched yet. */
+  scanStopped: boolean;
+}
+
+export interface ActivityParams {
+  windowMs: number;
+  bucketMs: number;
+  /** The most ended jobs one bucket reads (its latest); a busier bucket is estimated from them. */
+  bucketRowsMax: number;
+}
+
+/** Recent activity for the console's overview (`statsActivityGet`). */
+export interface ActivityStats {
+  now: number;
+  /**
+   * Jobs that ended (finished_at) in each bucket of the window, oldest bucket first. A bucket
+   * with more than `bucketRowsMax` is counted from its latest ones and scaled (`estimated`).
+   */
+  finished: {
+    at: number;
+    succeeded: number;
+    failed: number;
+    cancelled: number;
+    estimated: boolean;
+  }[];
+  /** Jobs now UNKNOWN / NEEDS_REVIEW, and how many of them got there within the window. */
+  unknown: { now: number; entered: number };
+  needsReview: { now: number; entered: number };
+}
+
 export type JobCancelResult =
   { cancelled: true; job: JobRecord } | { cancelled: false; job: JobRecord; why: string };
 
@@ -386,6 +446,36 @@ export interface JobPruneResult {
   more: boolean;
 }
 
+/** A named API token (`reckon tokens`): only its SHA-256 hash is stored. */
+export interface TokenRecord {
+  id: string;
+  name: string;
+  /** viewer, producer, approver, reviewer or admin (the server judges what each may do). */
+  role: string;
+  /** Operations this token may decide on (approver, reviewer); null: every operation. */
+  operations: string[] | null;
+  /** Extra rights, e.g. `inputs` (a viewer sees inputs and results unredacted). */
+  grants: string[];
+  createdAt: number;
+  createdBy: string;
+  /** Store clock; null: never. */
+  expiresAt: number | null;
+  revokedAt: number | null;
+}
+
+export interface TokenInsert {
+  id: string;
+  name: string;
+  role: string;
+  operations: string[] | null;
+  grants: string[];
+  /** SHA-256 of the token, hex. */
+  hash: string;
+  createdBy: string;
+  /** Expires this long after now (store clock); null: never. */
+  expiresInMs: number | null;
+}
+
 export interface Store {
   readonly kind: 'sqlite' | 'postgres';
   /** Where the store is, for messages (never with a password). */
@@ -413,7 +503,13 @@ export interface Store {
   /** A conditional transition (job state and latest attempt both as expected); false if it did not apply. */
   jobTransition(p: JobTransition): Promise<boolean>;
   /** Cancels a QUEUED job, or a LEASED one whose attempt has no dispatch marker (fencing its worker). */
-  jobCancel(p: { id: string; actor: string; reason: string }): Promise<JobCancelResult | null>;
+  jobCancel(p: {
+    id: string;
+    actor: string;
+    reason: string;
+    /** Who decided (a person), kept in the event's detail. */
+    by?: Record<string, unknown>;
+  }): Promise<JobCancelResult | null>;
   /** Takes UNKNOWN jobs due for reconciliation, holding them `holdMs` so that others skip them. */
   jobReconcileClaimMany(p: {
     operations: string[];
@@ -492,6 +588,15 @@ export interface Store {
    * it must be quick and must not throw). Returns the function that stops it.
    */
   onCommit?(fn: (c: StoreCommit) => void): () => void;
+  /** Stores a new token; `TokenNameTaken` when a live (unrevoked) token has its name. */
+  tokenInsert(p: TokenInsert): Promise<TokenRecord>;
+  /** Tokens, newest first; revoked ones only when asked. */
+  tokenList(p: { includeRevoked?: boolean }): Promise<TokenRecord[]>;
+  /** The token with this hash (or id), revoked and expired ones included: the caller judges. */
+  tokenFind(p: { hash: string } | { id: string }): Promise<TokenRecord | null>;
+  /** Revokes the live token of this name (store clock); null when there is none. */
+  tokenRevoke(p: { name: string }): Promise<TokenRecord | null>;
+
   statsGet(): Promise<StoreStats>;
 
   // ---------------------------------------------------------------- flow control (issue #30)
@@ -527,4 +632,9 @@ export interface Store {
   /** Moves the schedule's last slot forward to `lastSlotAt` (never back). */
   scheduleAdvance(p: { name: string; lastSlotAt: number }): Promise<void>;
   scheduleList(): Promise<ScheduleRecord[]>;
+
+  /** A bounded, keyset-paginated search (see `JobSearchParams`). */
+  jobSearch(p: JobSearchParams): Promise<JobSearchPage>;
+  /** Jobs ended per bucket over the last `windowMs`, and UNKNOWN / NEEDS_REVIEW growth in it. */
+  statsActivityGet(p: ActivityParams): Promise<ActivityStats>;
 }

@@ -3,6 +3,7 @@
  */
 import type { Command } from 'commander';
 import type { ApprovalRequest } from '../../runtime/approvals.js';
+import { cliDecisionBy } from '../os-user.js';
 import { brief, formatDuration, printJson, println, table } from '../output.js';
 import { intOption } from '../parse.js';
 import { addJsonOption, addStoreOption, withQueue, type StoreFlags } from '../store-option.js';
@@ -83,7 +84,7 @@ export function registerApprovals(program: Command): void {
       const job = await withQueue(flags.store, { mustExist: true }, (q) =>
         q.approvals.decide(id, {
           approve,
-          actor: flags.actor,
+          by: cliDecisionBy(flags.actor),
           ...(flags.note !== undefined ? { note: flags.note } : {}),
         }),
       );

@@ -1,6 +1,7 @@
 /**
  * `reckon jobs list|show|cancel`: what is in the journal.
  */
+import { cliDecisionBy } from '../os-user.js';
 import type { Command } from 'commander';
 import { JobNotFound } from '../../core/errors.js';
 import { JOB_STATES, type JobState } from '../../core/states.js';
@@ -73,7 +74,10 @@ export function registerJobs(program: Command): void {
   addJsonOption(cancel, 'print the cancelled job as JSON');
   cancel.action(async (id: string, flags: CancelFlags) => {
     const job = await withQueue(flags.store, { mustExist: true }, (q) =>
-      q.cancel(id, { actor: flags.actor, ...(flags.reason ? { reason: flags.reason } : {}) }),
+      q.cancel(id, {
+        by: cliDecisionBy(flags.actor),
+        ...(flags.reason ? { reason: flags.reason } : {}),
+      }),
     );
     if (flags.json) return printJson(job);
     println(`job ${job.id} cancelled`);

@@ -1,6 +1,7 @@
 /**
  * `reckon review list|resolve`: jobs no automatic path can settle, and a person's decision.
  */
+import { cliDecisionBy } from '../os-user.js';
 import { Option, type Command } from 'commander';
 import type { ReviewDecision } from '../../runtime/review.js';
 import type { JobDetail } from '../../store/store.js';
@@ -71,7 +72,7 @@ export function registerReview(program: Command): void {
     const job = await withQueue(flags.store, { mustExist: true }, (q) =>
       q.review.resolve(id, {
         as: flags.as,
-        actor: flags.actor,
+        by: cliDecisionBy(flags.actor),
         ...(flags.note !== undefined ? { note: flags.note } : {}),
       }),
     );

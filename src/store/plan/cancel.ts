@@ -14,6 +14,8 @@ export function planCancel(p: {
   attempt: AttemptRecord | undefined;
   actor: string;
   reason: string;
+  /** Who decided, when a person did (recorded in the event's detail). */
+  by?: Record<string, unknown> | undefined;
   now: number;
 }): CancelPlan {
   const { job, attempt, now } = p;
@@ -29,7 +31,7 @@ export function planCancel(p: {
             fromState: 'QUEUED',
             toState: 'CANCELLED',
             actor: p.actor,
-            detailJson: JSON.stringify({ reason: p.reason }),
+            detailJson: JSON.stringify({ reason: p.reason, ...(p.by ? { by: p.by } : {}) }),
           },
         ],
         requeue: false,
@@ -57,7 +59,11 @@ export function planCancel(p: {
           fromState: 'LEASED',
           toState: 'CANCELLED',
           actor: p.actor,
-          detailJson: JSON.stringify({ reason: p.reason, fencedOwner: attempt.ownerId }),
+          detailJson: JSON.stringify({
+            reason: p.reason,
+            fencedOwner: attempt.ownerId,
+            ...(p.by ? { by: p.by } : {}),
+          }),
         },
       ],
       requeue: false,

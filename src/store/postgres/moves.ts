@@ -158,6 +158,7 @@ export async function jobCancel(
     id: string;
     actor: string;
     reason: string;
+    by?: Record<string, unknown>;
   },
 ): Promise<JobCancelResult | null> {
   return h.db.tx(async (c): Promise<JobCancelResult | null> => {
@@ -165,7 +166,7 @@ export async function jobCancel(
     if (!job) return null;
     const attempt =
       job.state === 'LEASED' ? await lockAttempt(h, c, job.id, job.attemptCount) : undefined;
-    const plan = planCancel({ job, attempt, actor: p.actor, reason: p.reason, now });
+    const plan = planCancel({ job, attempt, actor: p.actor, reason: p.reason, by: p.by, now });
     if ('why' in plan) return { cancelled: false, job, why: plan.why };
     const w = new TxWrites();
     w.add(job, plan.write);

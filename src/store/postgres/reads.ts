@@ -11,7 +11,26 @@ import {
   type EventRow,
   type JobRow,
 } from '../rows.js';
-import type { ExpiredAttempt, JobDetail, JobListParams, JobRecord, StoreStats } from '../store.js';
+import {
+  exactPage,
+  finishedBuckets,
+  hasFilters,
+  idRange,
+  likePattern,
+  onlyIndexedStates,
+  searchPage,
+} from '../search.js';
+import type {
+  ActivityParams,
+  ActivityStats,
+  ExpiredAttempt,
+  JobDetail,
+  JobListParams,
+  JobRecord,
+  JobSearchPage,
+  JobSearchParams,
+  StoreStats,
+} from '../store.js';
 import type { PgHandle } from './handle.js';
 
 export async function jobGet(h: PgHandle, p: { id: string }): Promise<JobDetail | null> {
@@ -76,4 +95,114 @@ export async function statsGet(h: PgHandle): Promise<StoreStats> {
   });
   const row = r.rows[0]!;
   return statsFromRows({ ...row, byOperation: row.by_operation });
+}
+
+/** Numbered parameters ($1, $2, …) in the order they are added. */
+class Params {
+  readonly args: unknown[] = [];
+  add(value: unknown): string {
+    this.args.push(value);
+    return `$${this.args.length}`;
+  }
+}
+
+/** The id range of a search (`idRange`) as SQL conditions. */
+function idBounds(p: JobSearchParams, params: Params): string[] {
+  const { upper, lower } = idRange(p);
+  const out: string[] = [];
+  if (upper !== null) out.push(`id < ${params.add(upper)}`);
+  if (lower !== null) out.push(`id >= ${params.add(lower)}`);
+  return out;
+}
+
+/** Every filter of a search but the id range (and the states, unless `withStates`). */
+function searchFilters(p: JobSearchParams, params: Params, withStates: boolean): string[] {
+  const out: string[] = [];
+  if (withStates && p.states?.length) out.push(`state = ANY(${params.add(p.states)}::text[])`);
+  if (p.queue !== undefined) out.push(`queue = ${params.add(p.queue)}`);
+  if (p.operation !== undefined) out.push(`operation = ${params.add(p.operation)}`);
+  if (p.text !== undefined) {
+    const text = params.add(p.text);
+    const like = params.add(likePattern(p.text));
+    out.push(
+      `(run_id = ${text} OR request_fingerprint = ${text} OR input_json ILIKE ${like} OR request_key ILIKE ${like})`,
+    );
+  }
+  return out;
+}
+
+const whereOf = (conditions: string[]) =>
+  conditions.length ? `WHERE ${conditions.join(' AND ')}` : '';
+
+/**
+ * `jobSearch` (see the SQLite store's for the plan): exact hits through the unique indexes; the
+ * people-sized states through their partial indexes; else a window of at most `scanRowsMax` ids
+ * below the cursor, stopped as soon as the page is full. One read-only snapshot.
+ */
+export async function jobSearch(h: PgHandle, p: JobSearchParams): Promise<JobSearchPage> {
+  return h.db.tx(async (c) => {
+    await c.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY');
+    const jobs = async (sql: string, args: unknown[]) =>
+      (await c.query<JobRow>(sql, args)).rows.map(jobFromRow);
+    if (p.text !== undefined && p.beforeId === undefined) {
+      const exact = await jobs(h.sql.jobSearchExact, [p.text]);
+      if (exact.length) return exactPage(p, exact);
+    }
+    const params = new Params();
+    const ids = idBounds(p, params);
+    const base = h.sql.jobListBase;
+    if (onlyIndexedStates(p)) {
+      const rest = searchFilters(p, params, false);
+      const take = params.add(p.limit + 1);
+      const one = (s: string) =>
+        `(${base} ${whereOf([`state = '${s}'`, ...ids, ...rest])} ORDER BY id DESC LIMIT ${take})`;
+      return searchPage(p, await jobs(p.states!.map(one).join(' UNION ALL '), params.args), null);
+    }
+    if (!hasFilters(p)) {
+      const sql = `${base} ${whereOf(ids)} ORDER BY id DESC LIMIT ${params.add(p.limit + 1)}`;
+      return searchPage(p, await jobs(sql, params.args), null);
+    }
+    const scan = params.add(p.scanRowsMax);
+    const f = searchFilters(p, params, true);
+    const sql = `SELECT * FROM (${base} ${whereOf(ids)} ORDER BY id DESC LIMIT ${scan}) w
+      ${whereOf(f)} ORDER BY id DESC LIMIT ${params.add(p.limit + 1)}`;
+    const found = await jobs(sql, params.args);
+    if (found.length > p.limit) return searchPage(p, found, null);
+    const windowParams = new Params();
+    const windowIds = idBounds(p, windowParams);
+    const windowSql = `SELECT count(*)::int AS n, min(id) AS low FROM (${h.sql.jobIdWindowBase}
+      ${whereOf(windowIds)} ORDER BY id DESC LIMIT ${windowParams.add(p.scanRowsMax)}) w`;
+    const window = (await c.query<{ n: number; low: string | null }>(windowSql, windowParams.args))
+      .rows[0]!;
+    return searchPage(p, found, { rows: window.n, lowId: window.low });
+  });
+}
+
+/** `statsActivityGet`: see the statement `statsActivity`. */
+export async function statsActivityGet(h: PgHandle, p: ActivityParams): Promise<ActivityStats> {
+  const buckets = Math.ceil(p.windowMs / p.bucketMs);
+  const r = await h.db.run(
+    (c) =>
+      c.query<{
+        now: number;
+        start: number;
+        finished: { b: number; state: string; n: number; oldest: number }[];
+        unknown: { now: number; entered: number };
+        needs_review: { now: number; entered: number };
+      }>(h.sql.statsActivity, [
+        buckets * p.bucketMs,
+        p.bucketMs,
+        p.windowMs,
+        buckets,
+        p.bucketRowsMax,
+      ]),
+    { reads: true },
+  );
+  const row = r.rows[0]!;
+  return {
+    now: row.now,
+    finished: finishedBuckets(row.start, p.bucketMs, buckets, row.finished, p.bucketRowsMax),
+    unknown: row.unknown,
+    needsReview: row.needs_review,
+  };
 }

@@ -230,6 +230,28 @@ CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at) WHERE finished_at
     sql: `ALTER TABLE jobs ADD COLUMN IF NOT EXISTS reconcile_grace_ms bigint NOT NULL DEFAULT 5000;`,
   },
   {
+    // Named API tokens of `reckon serve` (reckon tokens create|list|revoke): only a SHA-256 hash
+    // of each token is kept. A name belongs to one live token; a revoked one keeps its row, so
+    // the decisions it made still name a token that existed.
+    version: 10,
+    name: 'named tokens',
+    sql: `
+CREATE TABLE IF NOT EXISTS tokens (
+  id              text PRIMARY KEY,
+  name            text NOT NULL,
+  role            text NOT NULL CHECK (role IN ('viewer','producer','approver','reviewer','admin')),
+  operations_json text,
+  grants_json     text NOT NULL DEFAULT '[]',
+  hash            text NOT NULL UNIQUE,
+  created_at      timestamptz NOT NULL,
+  created_by      text NOT NULL,
+  expires_at      timestamptz,
+  revoked_at      timestamptz
+);
+CREATE UNIQUE INDEX IF NOT EXISTS tokens_live_name ON tokens (name) WHERE revoked_at IS NULL;
+`,
+  },
+  {
     // Flow control (issue #30): as SQLite's migration 11 (see there). Claims of limited
     // operations serialize per key with transaction-scoped advisory locks, taken with
     // pg_try_advisory_xact_lock so that a claimer skips a busy key instead of queueing on it.

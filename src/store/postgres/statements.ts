@@ -17,7 +17,7 @@
  * such a statement aborts it whole (see `fail`), exactly as a thrown assert rolled back the
  * multi-statement transaction it replaces.
  */
-import { NOW, fromMs, millis, quoteIdent, type Tables } from './sql-parts.js';
+import { NOW, fromMs, millis, quoteIdent, toMs, type Tables } from './sql-parts.js';
 import { handOffStatements, insertStatements } from './statements-insert.js';
 import { claimStatements, dispatchStatements, finishStatements } from './statements-hot.js';
 import { flowStatements } from './statements-flow.js';
@@ -45,6 +45,7 @@ export function statements(schema: string) {
     ...insertStatements(t),
     ...handOffStatements(t),
     ...readStatements(t),
+    ...consoleStatements(t),
     ...claimStatements(t),
     ...dispatchStatements(t),
     ...finishStatements(t),
@@ -261,5 +262,46 @@ SELECT (SELECT t FROM now) AS now,
      FROM ${jobs} WHERE state IN ('UNKNOWN', 'NEEDS_REVIEW') GROUP BY operation ORDER BY operation) b) AS by_operation,
   (SELECT count(*)::int FROM ${attempts}
      WHERE state = 'LEASED' AND lease_expires_at <= (SELECT t FROM now)) AS expired`,
+  };
+}
+
+/** The console's reads (reads.ts `jobSearch`, `statsActivityGet`). */
+function consoleStatements(t: Tables) {
+  const { jobs } = t;
+  return {
+    /** $1 a job id or request key: the job with that id, or with that key (their unique indexes). */
+    jobSearchExact: `SELECT * FROM ${jobs} WHERE id = $1 UNION SELECT * FROM ${jobs} WHERE request_key = $1`,
+
+    /** Filters appended by the store: the ids of a search's window (the primary key's index only). */
+    jobIdWindowBase: `SELECT id FROM ${jobs}`,
+
+    /**
+     * $1 the buckets' whole span (ms), $2 one bucket (ms), $3 the growth window (ms), $4 how many
+     * buckets, $5 the most ended jobs a bucket reads. Each bucket's latest ended jobs by state
+     * (the finished index), and UNKNOWN / NEEDS_REVIEW now and entered within $3 (their partial
+     * indexes). Times leave as epoch ms.
+     */
+    statsActivity: `
+WITH now AS MATERIALIZED (SELECT ${NOW} AS t),
+start AS MATERIALIZED (SELECT (SELECT t FROM now) - ${millis('$1')} AS t),
+buckets AS (
+  SELECT g AS b, (SELECT t FROM start) + ${millis('g * $2')} AS lo,
+    CASE WHEN g = $4 - 1 THEN (SELECT t FROM now) + interval '1 millisecond'
+         ELSE (SELECT t FROM start) + ${millis('(g + 1) * $2')} END AS hi
+  FROM generate_series(0, $4 - 1) g)
+SELECT ${toMs('(SELECT t FROM now)')} AS now, ${toMs('(SELECT t FROM start)')} AS start,
+  (SELECT coalesce(json_agg(f), '[]') FROM (
+     SELECT buckets.b, s.state, count(*)::int AS n, ${toMs('min(s.finished_at)')} AS oldest
+     FROM buckets CROSS JOIN LATERAL (
+       SELECT state, finished_at FROM ${jobs}
+       WHERE finished_at >= buckets.lo AND finished_at < buckets.hi
+       ORDER BY finished_at DESC LIMIT $5) s
+     GROUP BY buckets.b, s.state) f) AS finished,
+  (SELECT json_build_object('now', count(*)::int, 'entered',
+     count(*) FILTER (WHERE updated_at >= (SELECT t FROM now) - ${millis('$3')})::int)
+   FROM ${jobs} WHERE state = 'UNKNOWN') AS unknown,
+  (SELECT json_build_object('now', count(*)::int, 'entered',
+     count(*) FILTER (WHERE updated_at >= (SELECT t FROM now) - ${millis('$3')})::int)
+   FROM ${jobs} WHERE state = 'NEEDS_REVIEW') AS needs_review`,
   };
 }

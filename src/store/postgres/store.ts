@@ -30,9 +30,14 @@ import {
   approvalStats,
   type ApprovalTarget,
 } from './approvals.js';
+import { tokenFind, tokenInsert, tokenList, tokenRevoke } from './tokens.js';
 import { jobChangesSubscribe, jobStatesRead } from './outcome-notify.js';
 import { jobPruneMany as pruneJobs } from './retention.js';
 import type {
+  ActivityParams,
+  ActivityStats,
+  JobSearchPage,
+  JobSearchParams,
   ApprovalDecide,
   ApprovalDecideResult,
   ApprovalStats,
@@ -62,6 +67,8 @@ import type {
   StoreCapabilities,
   StoreCommit,
   StoreStats,
+  TokenInsert,
+  TokenRecord,
 } from '../store.js';
 import { CommitObservers } from '../commit-observers.js';
 import { GroupCommit } from '../group-commit.js';
@@ -301,7 +308,12 @@ export class PostgresStore implements Store {
     return moves.jobTransition(this.h, t);
   }
 
-  jobCancel(p: { id: string; actor: string; reason: string }): Promise<JobCancelResult | null> {
+  jobCancel(p: {
+    id: string;
+    actor: string;
+    reason: string;
+    by?: Record<string, unknown>;
+  }): Promise<JobCancelResult | null> {
     return moves.jobCancel(this.h, p);
   }
 
@@ -447,6 +459,32 @@ export class PostgresStore implements Store {
 
   scheduleList(): Promise<ScheduleRecord[]> {
     return flow.scheduleList(this.h);
+  }
+
+  jobSearch(p: JobSearchParams): Promise<JobSearchPage> {
+    return reads.jobSearch(this.h, p);
+  }
+
+  statsActivityGet(p: ActivityParams): Promise<ActivityStats> {
+    return reads.statsActivityGet(this.h, p);
+  }
+
+  // ---------------------------------------------------------------- tokens (tokens.ts)
+
+  tokenInsert(p: TokenInsert): Promise<TokenRecord> {
+    return this.db.run((c) => tokenInsert(c, this.schema, p));
+  }
+
+  tokenList(p: { includeRevoked?: boolean }): Promise<TokenRecord[]> {
+    return this.db.run((c) => tokenList(c, this.schema, p), { reads: true });
+  }
+
+  tokenFind(p: { hash: string } | { id: string }): Promise<TokenRecord | null> {
+    return this.db.run((c) => tokenFind(c, this.schema, p), { reads: true });
+  }
+
+  tokenRevoke(p: { name: string }): Promise<TokenRecord | null> {
+    return this.db.run((c) => tokenRevoke(c, this.schema, p));
   }
 
   // ---------------------------------------------------------------- notifications

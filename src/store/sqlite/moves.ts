@@ -180,14 +180,14 @@ export function jobTransition(h: SqliteHandle, t: JobTransition): Promise<boolea
 
 export function jobCancel(
   h: SqliteHandle,
-  p: { id: string; actor: string; reason: string },
+  p: { id: string; actor: string; reason: string; by?: Record<string, unknown> },
 ): Promise<JobCancelResult | null> {
   return h.writer.write((): JobCancelResult | null => {
     const now = h.now();
     const job = getJob(h, p.id);
     if (!job) return null;
     const attempt = job.state === 'LEASED' ? getAttempt(h, job.id, job.attemptCount) : undefined;
-    const plan = planCancel({ job, attempt, actor: p.actor, reason: p.reason, now });
+    const plan = planCancel({ job, attempt, actor: p.actor, reason: p.reason, by: p.by, now });
     if ('why' in plan) return { cancelled: false, job, why: plan.why };
     writePlan(h, { job }, plan.write);
     return { cancelled: true, job: getJob(h, job.id)! };

@@ -14,12 +14,25 @@ import {
   type EventRow,
   type JobRow,
 } from '../rows.js';
+import {
+  exactPage,
+  finishedBuckets,
+  hasFilters,
+  idRange,
+  likePattern,
+  onlyIndexedStates,
+  searchPage,
+} from '../search.js';
 import type {
+  ActivityParams,
+  ActivityStats,
   AttemptRecord,
   ExpiredAttempt,
   JobDetail,
   JobListParams,
   JobRecord,
+  JobSearchPage,
+  JobSearchParams,
   StoreStats,
 } from '../store.js';
 import type { AttemptFact } from '../plan/index.js';
@@ -131,5 +144,169 @@ export function statsGet(h: SqliteHandle): Promise<StoreStats> {
       .stmt(`SELECT count(*) AS n FROM attempts WHERE state = 'LEASED' AND lease_expires_at <= ?`)
       .get(now) as { n: number };
     return statsFromRows({ now, counts, oldest, byOperation, expired: expired.n });
+  });
+}
+
+interface Sql {
+  where: string[];
+  args: unknown[];
+}
+
+/** The partial index of each state `onlyIndexedStates` reads through. */
+const STATE_INDEX: Record<string, string> = {
+  UNKNOWN: 'jobs_reconcile',
+  NEEDS_REVIEW: 'jobs_review',
+  AWAITING_APPROVAL: 'jobs_approval',
+};
+
+/** The id range of a search (`idRange`) as SQL. */
+function idBounds(p: JobSearchParams): Sql {
+  const { upper, lower } = idRange(p);
+  const out: Sql = { where: [], args: [] };
+  if (upper !== null) {
+    out.where.push('id < ?');
+    out.args.push(upper);
+  }
+  if (lower !== null) {
+    out.where.push('id >= ?');
+    out.args.push(lower);
+  }
+  return out;
+}
+
+/** Every filter of a search but the id range (and the states, unless `withStates`). */
+function searchFilters(p: JobSearchParams, withStates: boolean): Sql {
+  const out: Sql = { where: [], args: [] };
+  if (withStates && p.states?.length) {
+    out.where.push(`state IN (${p.states.map(() => '?').join(',')})`);
+    out.args.push(...p.states);
+  }
+  if (p.queue !== undefined) {
+    out.where.push('queue = ?');
+    out.args.push(p.queue);
+  }
+  if (p.operation !== undefined) {
+    out.where.push('operation = ?');
+    out.args.push(p.operation);
+  }
+  if (p.text !== undefined) {
+    const like = likePattern(p.text);
+    out.where.push(
+      `(run_id = ? OR request_fingerprint = ? OR input_json LIKE ? ESCAPE '\\' OR request_key LIKE ? ESCAPE '\\')`,
+    );
+    out.args.push(p.text, p.text, like, like);
+  }
+  return out;
+}
+
+const whereOf = (...parts: Sql[]) => {
+  const where = parts.flatMap((x) => x.where);
+  return where.length ? `WHERE ${where.join(' AND ')}` : '';
+};
+const argsOf = (...parts: Sql[]) => parts.flatMap((x) => x.args);
+
+function allJobs(h: SqliteHandle, sql: string, args: unknown[]): JobRecord[] {
+  return (
+    h
+      .conn()
+      .prepare(sql)
+      .all(...args) as JobRow[]
+  ).map(jobFromRow);
+}
+
+/**
+ * `jobSearch`. A job id or request key is the whole answer when it names a job (their unique
+ * indexes). A filter on only the people-sized states reads their partial indexes. Anything else
+ * reads at most `scanRowsMax` ids below the cursor, newest first (the primary key), stopping as
+ * soon as the page is full.
+ */
+export function jobSearch(h: SqliteHandle, p: JobSearchParams): Promise<JobSearchPage> {
+  return h.read(() => {
+    if (p.text !== undefined && p.beforeId === undefined) {
+      const exact = allJobs(
+        h,
+        'SELECT * FROM jobs WHERE id = ? UNION SELECT * FROM jobs WHERE request_key = ?',
+        [p.text, p.text],
+      );
+      if (exact.length) return exactPage(p, exact);
+    }
+    const ids = idBounds(p);
+    const take = p.limit + 1;
+    if (onlyIndexedStates(p)) {
+      const rest = searchFilters(p, false);
+      const one = (s: string) =>
+        `SELECT * FROM (SELECT * FROM jobs INDEXED BY ${STATE_INDEX[s]} ${whereOf({ where: [`state = '${s}'`], args: [] }, ids, rest)} ORDER BY id DESC ${LIMIT_PARAM})`;
+      const sql = p.states!.map(one).join(' UNION ALL ');
+      return searchPage(
+        p,
+        allJobs(
+          h,
+          sql,
+          p.states!.flatMap(() => [...argsOf(ids, rest), take]),
+        ),
+        null,
+      );
+    }
+    if (!hasFilters(p)) {
+      const sql = `SELECT * FROM jobs ${whereOf(ids)} ORDER BY id DESC ${LIMIT_PARAM}`;
+      return searchPage(p, allJobs(h, sql, [...ids.args, take]), null);
+    }
+    // The window's lowest id first (the primary key's index alone), then the matches in it
+    // through the same index: reading the rows in place costs a fraction of passing each one
+    // through a subquery (measured with 1,000,000 jobs).
+    const window = h
+      .conn()
+      .prepare(
+        `SELECT count(*) AS n, min(id) AS low FROM (SELECT id FROM jobs ${whereOf(ids)} ORDER BY id DESC ${LIMIT_PARAM})`,
+      )
+      .get(...ids.args, p.scanRowsMax) as { n: number; low: string | null };
+    if (window.n === 0) return searchPage(p, [], null);
+    const f = searchFilters(p, true);
+    const low: Sql = { where: ['id >= ?'], args: [window.low] };
+    const sql = `SELECT * FROM jobs INDEXED BY sqlite_autoindex_jobs_1 ${whereOf(ids, low, f)}
+      ORDER BY id DESC ${LIMIT_PARAM}`;
+    const found = allJobs(h, sql, [...argsOf(ids, low, f), take]);
+    return searchPage(p, found, { rows: window.n, lowId: window.low });
+  });
+}
+
+/**
+ * `statsActivityGet`: each bucket's latest ended jobs (at most `bucketRowsMax`, through the
+ * finished index) by state; UNKNOWN / NEEDS_REVIEW now and entered (their partial indexes).
+ */
+export function statsActivityGet(h: SqliteHandle, p: ActivityParams): Promise<ActivityStats> {
+  return h.read(() => {
+    const now = h.now();
+    const buckets = Math.ceil(p.windowMs / p.bucketMs);
+    const start = now - buckets * p.bucketMs;
+    const sample = h.stmt(
+      `SELECT state, count(*) AS n, min(finished_at) AS oldest FROM (
+         SELECT state, finished_at FROM jobs INDEXED BY jobs_finished
+         WHERE finished_at >= ? AND finished_at < ? ORDER BY finished_at DESC ${LIMIT_PARAM})
+       GROUP BY state`,
+    );
+    const rows: { b: number; state: string; n: number; oldest: number }[] = [];
+    for (let b = 0; b < buckets; b++) {
+      const lo = start + b * p.bucketMs;
+      const hi = b === buckets - 1 ? now + 1 : lo + p.bucketMs;
+      for (const r of sample.all(lo, hi, p.bucketRowsMax) as {
+        state: string;
+        n: number;
+        oldest: number;
+      }[])
+        rows.push({ b, ...r });
+    }
+    const growth = (state: 'UNKNOWN' | 'NEEDS_REVIEW') =>
+      h
+        .stmt(
+          `SELECT count(*) AS now, coalesce(sum(updated_at >= ?), 0) AS entered FROM jobs WHERE state = '${state}'`,
+        )
+        .get(now - p.windowMs) as { now: number; entered: number };
+    return {
+      now,
+      finished: finishedBuckets(start, p.bucketMs, buckets, rows, p.bucketRowsMax),
+      unknown: growth('UNKNOWN'),
+      needsReview: growth('NEEDS_REVIEW'),
+    };
   });
 }

@@ -228,6 +228,28 @@ CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at) WHERE finished_at
     ],
   },
   {
+    // Named API tokens of `reckon serve` (reckon tokens create|list|revoke): only a SHA-256 hash
+    // of each token is kept. A name belongs to one live token; a revoked one keeps its row, so
+    // the decisions it made still name a token that existed.
+    version: 10,
+    name: 'named tokens',
+    sql: `
+CREATE TABLE IF NOT EXISTS tokens (
+  id              TEXT PRIMARY KEY,
+  name            TEXT NOT NULL,
+  role            TEXT NOT NULL CHECK (${anyOf('role', ['viewer', 'producer', 'approver', 'reviewer', 'admin'])}),
+  operations_json TEXT,
+  grants_json     TEXT NOT NULL DEFAULT '[]',
+  hash            TEXT NOT NULL UNIQUE,
+  created_at      INTEGER NOT NULL,
+  created_by      TEXT NOT NULL,
+  expires_at      INTEGER,
+  revoked_at      INTEGER
+) STRICT;
+CREATE UNIQUE INDEX IF NOT EXISTS tokens_live_name ON tokens (name) WHERE revoked_at IS NULL;
+`,
+  },
+  {
     // Flow control (issue #30). Each job carries the keys its operation's limits put it under,
     // computed at enqueue (NULL: no limit of that kind; '' the operation-wide key), so that a
     // claim counts and filters in SQL. Rate limits count starts in flow_starts (a sliding window:

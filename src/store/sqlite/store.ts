@@ -18,6 +18,10 @@ import {
 } from '../../core/errors.js';
 import { jsonOrNull } from '../rows.js';
 import type {
+  ActivityParams,
+  ActivityStats,
+  JobSearchPage,
+  JobSearchParams,
   ApprovalDecide,
   ApprovalDecideResult,
   ApprovalStats,
@@ -47,12 +51,15 @@ import type {
   StoreCapabilities,
   StoreCommit,
   StoreStats,
+  TokenInsert,
+  TokenRecord,
 } from '../store.js';
 import { CommitObservers } from '../commit-observers.js';
 import { SqliteWriter } from './commit.js';
 import { JobInserter } from './insert.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS, addColumns, rewriteTables } from './schema.js';
 import { approvalDecide, approvalExpireMany, approvalList, approvalStats } from './approvals.js';
+import { tokenFind, tokenInsert, tokenList, tokenRevoke } from './tokens.js';
 import { jobChangesSubscribe, jobStatesRead } from './outcome-notify.js';
 import { jobPruneMany as pruneJobs, sqliteVacuum } from './retention.js';
 import { WakeChannel, wakeDirectory } from './notify.js';
@@ -366,7 +373,12 @@ export class SqliteStore implements Store {
     return moves.jobTransition(this.h, t);
   }
 
-  jobCancel(p: { id: string; actor: string; reason: string }): Promise<JobCancelResult | null> {
+  jobCancel(p: {
+    id: string;
+    actor: string;
+    reason: string;
+    by?: Record<string, unknown>;
+  }): Promise<JobCancelResult | null> {
     return moves.jobCancel(this.h, p);
   }
 
@@ -552,5 +564,31 @@ export class SqliteStore implements Store {
 
   scheduleList(): Promise<ScheduleRecord[]> {
     return flow.scheduleList(this.h);
+  }
+
+  jobSearch(p: JobSearchParams): Promise<JobSearchPage> {
+    return reads.jobSearch(this.h, p);
+  }
+
+  statsActivityGet(p: ActivityParams): Promise<ActivityStats> {
+    return reads.statsActivityGet(this.h, p);
+  }
+
+  // ---------------------------------------------------------------- tokens (tokens.ts)
+
+  tokenInsert(p: TokenInsert): Promise<TokenRecord> {
+    return this.writer.write(() => tokenInsert(this.conn(), p, this.now()));
+  }
+
+  tokenList(p: { includeRevoked?: boolean }): Promise<TokenRecord[]> {
+    return this.read(() => tokenList(this.conn(), p));
+  }
+
+  tokenFind(p: { hash: string } | { id: string }): Promise<TokenRecord | null> {
+    return this.read(() => tokenFind(this.conn(), p));
+  }
+
+  tokenRevoke(p: { name: string }): Promise<TokenRecord | null> {
+    return this.writer.write(() => tokenRevoke(this.conn(), p, this.now()));
   }
 }
