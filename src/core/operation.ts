@@ -173,11 +173,7 @@ export function defineOperation<I, R>(spec: OperationSpec<I, R>): Operation<I, R
     throw new InvalidInput(`${where}: input must be a zod schema (z.object({ … }))`);
   const idempotentWithKey = spec.idempotentWithKey ?? false;
   const approvalTimeoutMs = approvalTimeoutOf(spec, where);
-  const flow = flowLimitOf(
-    spec.name,
-    spec.rateLimit,
-    spec.concurrency,
-  );
+  const flow = flowLimitOf(spec.name, spec.rateLimit, spec.concurrency);
   return Object.freeze({
     name: spec.name,
     spec,

@@ -58,7 +58,16 @@ function sabotagedRun(safeguard: string): { seed: number; violations: string[]; 
   while (seeds < 1_000) {
     const out = spawnSync(
       process.execPath,
-      [CLI, 'sim', '--from', String(from), '--seeds', String(1_000 - seeds), '--no-shrink', '--json'],
+      [
+        CLI,
+        'sim',
+        '--from',
+        String(from),
+        '--seeds',
+        String(1_000 - seeds),
+        '--no-shrink',
+        '--json',
+      ],
       {
         env: { ...process.env, NODE_ENV: 'test', RECKON_UNSAFE_DISABLE_SAFEGUARD: safeguard },
         encoding: 'utf8',
@@ -104,13 +113,21 @@ describe('the simulator finds each sabotage switch of the broken build within 1,
 describe('issue #33: seeds that reproduce its defects on the code before the fixes', () => {
   // it.fails: these fail here, where the defects are open. Once A's and B's fixes are merged,
   // turn them into plain `it` (and empty KNOWN_OPEN above).
-  it.fails('#33.1 seed 259: a same-key retry that ends FAILED although attempt 1 may have sent', async () => {
-    const r = await runSim({ seed: 259 });
-    expect(r.violations).toEqual([]);
-  }, 60_000);
+  it.fails(
+    '#33.1 seed 259: a same-key retry that ends FAILED although attempt 1 may have sent',
+    async () => {
+      const r = await runSim({ seed: 259 });
+      expect(r.violations).toEqual([]);
+    },
+    60_000,
+  );
 
-  it.fails('#33.3 seed 97: an approval decided after its timeout still runs the job', async () => {
-    const r = await runSim({ seed: 97 });
-    expect(r.violations).toEqual([]);
-  }, 60_000);
+  it.fails(
+    '#33.3 seed 97: an approval decided after its timeout still runs the job',
+    async () => {
+      const r = await runSim({ seed: 97 });
+      expect(r.violations).toEqual([]);
+    },
+    60_000,
+  );
 });
