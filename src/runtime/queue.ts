@@ -89,6 +89,8 @@ export interface JobsQuery {
   state?: JobState | JobState[];
   queue?: string;
   operation?: string;
+  /** Only the steps of this agent run (`{ runId, stepId }` at enqueue). */
+  runId?: string;
   limit?: number;
   beforeId?: string;
 }
@@ -461,6 +463,7 @@ export class Queue {
       states,
       queue: query.queue,
       operation: query.operation,
+      runId: query.runId,
       limit,
       beforeId: query.beforeId,
     });

@@ -212,6 +212,8 @@ export interface JobListParams {
   states?: JobState[];
   queue?: string;
   operation?: string;
+  /** Only the steps of this agent run (the `runId` given at enqueue). */
+  runId?: string;
   limit: number;
   /** Keyset pagination: jobs created before this id (ids sort by creation). */
   beforeId?: string;
