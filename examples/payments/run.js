@@ -21,13 +21,18 @@ import { URL, fileURLToPath } from 'node:url';
 import { openQueue, RequestKeyConflict } from 'reckon';
 import { diedOfSigkill, startWorker, verdict } from '../shared/processes.js';
 import { DECLINED_CARD, startPaymentsApi } from './api.js';
-import { charge, chargeByKey } from './operations.js';
+
+// Short waits before a lookup, set before the operations load: a job records its operation's
+// timeoutMs and grace when it is enqueued, and every worker honours what the job recorded.
+const env = { PAYMENTS_TIMEOUT_MS: '2000', PAYMENTS_GRACE_MS: '200' };
+Object.assign(process.env, env);
+const { charge, chargeByKey } = await import('./operations.js');
 
 const OPERATIONS = fileURLToPath(new URL('./operations.js', import.meta.url));
 const CARD = '4242424242424242';
 
 const api = await startPaymentsApi();
-const env = { PAYMENTS_URL: api.url, PAYMENTS_TIMEOUT_MS: '2000', PAYMENTS_GRACE_MS: '200' };
+Object.assign(env, { PAYMENTS_URL: api.url });
 Object.assign(process.env, env);
 const dir = mkdtempSync(join(tmpdir(), 'reckon-payments-'));
 const store = `sqlite:${join(dir, 'reckon.db')}`;
