@@ -13,6 +13,7 @@ import { Metrics } from '../../observe/metrics.js';
 import { parseRetentionSpec, type RetentionOptions } from '../../runtime/retention.js';
 import type { Worker } from '../../runtime/worker.js';
 import { startMetricsServer, type HttpEndpoint } from '../../server/metrics-server.js';
+import { readinessRoute, type WorkerPhase } from '../../server/readiness.js';
 import { loadOperations, OPERATIONS_HELP } from '../operations-module.js';
 import { formatDuration, printJson, println } from '../output.js';
 import { intOption, listOption } from '../parse.js';
@@ -89,7 +90,7 @@ export function registerWork(program: Command): void {
     )
     .option(
       '--metrics-port <port>',
-      "serve Prometheus metrics on this port: this worker's counters and the store's gauges (0 = any free port)",
+      "serve Prometheus metrics on this port: this worker's counters and the store's gauges, with /healthz (alive) and /readyz (taking jobs: started, not stopping, store answering) (0 = any free port)",
       intOption(0, 65_535),
     )
     .option('--metrics-host <host>', 'address for --metrics-port', '127.0.0.1')
@@ -123,6 +124,7 @@ async function runWork(flags: WorkFlags): Promise<void> {
     ...(metrics ? { observer: metrics.observer } : {}),
   });
   let endpoint: HttpEndpoint | undefined;
+  let phase: WorkerPhase = 'starting';
   if (metrics) {
     metrics.attachStore(q.store);
     try {
@@ -130,6 +132,13 @@ async function runWork(flags: WorkFlags): Promise<void> {
         metrics,
         port: flags.metricsPort!,
         host: flags.metricsHost,
+        routes: [
+          readinessRoute({
+            phase: () => phase,
+            storeAnswers: () => q.store.clockNow(),
+            clock: q.clock,
+          }),
+        ],
       });
     } catch (err) {
       await q.close();
@@ -156,7 +165,7 @@ async function runWork(flags: WorkFlags): Promise<void> {
   }
   const counts = Object.fromEntries(COUNTED.map((k) => [k, 0])) as Record<Counted, number>;
   for (const k of COUNTED) worker.on(k, () => void counts[k]++);
-  const signal = await runUntilSignal(worker);
+  const signal = await runUntilSignal(worker, (p) => (phase = p));
   await endpoint?.close();
   await q.close();
   const summary = {
@@ -176,7 +185,10 @@ async function runWork(flags: WorkFlags): Promise<void> {
 }
 
 /** Starts the worker and resolves with the first stop signal; a second one exits at once. */
-async function runUntilSignal(worker: Worker): Promise<NodeJS.Signals> {
+async function runUntilSignal(
+  worker: Worker,
+  onPhase: (phase: WorkerPhase) => void,
+): Promise<NodeJS.Signals> {
   let first: NodeJS.Signals | undefined;
   let stopped!: (sig: NodeJS.Signals) => void;
   const got = new Promise<NodeJS.Signals>((resolve) => (stopped = resolve));
@@ -186,6 +198,7 @@ async function runUntilSignal(worker: Worker): Promise<NodeJS.Signals> {
       process.exit(128 + constants.signals[sig]);
     }
     first = sig;
+    onPhase('stopping');
     process.stderr.write(
       `reckon: ${sig}: stopping after jobs in flight (${sig} again to exit now)\n`,
     );
@@ -194,6 +207,7 @@ async function runUntilSignal(worker: Worker): Promise<NodeJS.Signals> {
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   await worker.start();
+  if (first === undefined) onPhase('ready');
   const sig = await got;
   // The second-signal handler stays installed until the worker has stopped.
   await worker.stop();
