@@ -109,7 +109,10 @@ try {
     ['again, send ran for the first time', sendAgain?.attached === false],
     [
       'jobs list --run shows the three steps, SUCCEEDED',
-      steps.length === 3 && steps.every((j) => j.state === 'SUCCEEDED') && listed.status === 0,
+      steps.length === 3 &&
+        steps.every((j) => j.state === 'SUCCEEDED') &&
+        listed.status === 0 &&
+        ['fetch', 'draft', 'send'].every((step) => listed.stdout.includes(`${RUN}:${step}`)),
     ],
   ]);
 } finally {
