@@ -30,6 +30,7 @@ import { Reclaimer } from './reclaimer.js';
 import { Review } from './review.js';
 import { LIMITS } from './settings.js';
 import { Worker, type WorkerOptions } from './worker.js';
+import { tracedInsert } from './tracing.js';
 import {
   OutcomeWaiters,
   outcomeOf,
@@ -207,11 +208,13 @@ export class Queue {
     const offers = batch.transaction === undefined ? this.handOffOffers(inserts) : undefined;
     let results: JobInsertResult[];
     try {
-      results = await this.store.jobInsertMany({
-        jobs: inserts,
-        actor: this.actor,
-        ...(batch.transaction !== undefined ? { transaction: batch.transaction } : {}),
-      });
+      results = await tracedInsert(operation.name, inserts, () =>
+        this.store.jobInsertMany({
+          jobs: inserts,
+          actor: this.actor,
+          ...(batch.transaction !== undefined ? { transaction: batch.transaction } : {}),
+        }),
+      );
     } catch (err) {
       if (offers) for (const o of offers) o.worker.handOffSettled(undefined, o.sentAt);
       throw err;

@@ -24,6 +24,7 @@ import { Reclaimer } from './reclaimer.js';
 import { Reconciler } from './reconciler.js';
 import { Retention, retentionSettings, type RetentionOptions } from './retention.js';
 import { workerSettings, type WorkerSettings } from './settings.js';
+import { tracedAttempt } from './tracing.js';
 
 export type { JobEvent } from './events.js';
 
@@ -408,7 +409,9 @@ export class Worker extends EventEmitter implements AttemptHost {
       this.pump();
       this.roomFreed();
     };
-    const done = started.then(() => run.run(freeSlot)).finally(freeSlot);
+    const done = started
+      .then(() => tracedAttempt(claimed, () => run.run(freeSlot)))
+      .finally(freeSlot);
     this.inFlight.set(key, {
       run,
       done: done.then(

@@ -50,6 +50,8 @@ export interface JobRecord {
   approvalReason: string | null;
   /** AWAITING_APPROVAL jobs: when the approval times out (null: never, or decided). */
   approvalExpiresAt: number | null;
+  /** The enqueuing code's W3C trace context (`traceparent`), when a tracer was active. */
+  traceParent?: string | null;
 }
 
 export interface AttemptRecord {
@@ -121,6 +123,8 @@ export interface JobInsert {
   leaseTo?: { ownerId: string; leaseMs: number };
   /** Present: the job is written AWAITING_APPROVAL, and expires `expiresInMs` from now (null: never). */
   approval?: { reason: string | null; expiresInMs: number | null };
+  /** The enqueuing code's W3C `traceparent` (absent: no tracer was active). */
+  traceParent?: string | null;
 }
 
 export type JobInsertResult =

@@ -229,6 +229,13 @@ CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at) WHERE finished_at
     name: 'lookup grace recorded with the job',
     sql: `ALTER TABLE jobs ADD COLUMN IF NOT EXISTS reconcile_grace_ms bigint NOT NULL DEFAULT 5000;`,
   },
+  {
+    // The enqueuing code's trace context (W3C traceparent), so that a worker's spans join the
+    // agent's trace (docs/tracing.md). NULL when no tracer was active at enqueue.
+    version: 13,
+    name: 'trace context recorded with the job',
+    sql: `ALTER TABLE jobs ADD COLUMN IF NOT EXISTS trace_parent text;`,
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

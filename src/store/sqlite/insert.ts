@@ -42,8 +42,8 @@ export class JobInserter {
       const insert = this.h.stmt(
         `INSERT INTO jobs (id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id, state,
            priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms, reconcile_grace_ms,
-           approval_reason, approval_expires_at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+           approval_reason, approval_expires_at, trace_parent)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT (request_key) DO NOTHING`,
       );
       const results: JobInsertResult[] = [];
@@ -78,6 +78,7 @@ export class JobInserter {
             j.reconcileGraceMs,
             j.approval?.reason ?? null,
             approvalExpiresAt(j, now),
+            j.traceParent ?? null,
           ).changes === 1;
         if (!inserted) {
           results.push(this.deduped(j, p.actor, now));

@@ -227,6 +227,14 @@ CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at) WHERE finished_at
       { table: 'jobs', column: 'reconcile_grace_ms', type: 'INTEGER NOT NULL DEFAULT 5000' },
     ],
   },
+  {
+    // The enqueuing code's trace context (W3C traceparent), so that a worker's spans join the
+    // agent's trace (docs/tracing.md). NULL when no tracer was active at enqueue.
+    version: 13,
+    name: 'trace context recorded with the job',
+    sql: '',
+    columns: [{ table: 'jobs', column: 'trace_parent', type: 'TEXT' }],
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
