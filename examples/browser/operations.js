@@ -91,7 +91,7 @@ export const placeOrder = defineOperation({
       await page.fill('input[name=quantity]', String(input.quantity));
       await page
         .locator('input[name=request_key]')
-        .evaluate((el, key) => /** @type {HTMLInputElement} */ ((el).value = key), ctx.requestKey);
+        .evaluate((el, key) => /** @type {HTMLInputElement} */ (el.value = key), ctx.requestKey);
       // The click is the side effect: it runs only after the dispatch marker is durable.
       return ctx.dispatch(async () => {
         await Promise.all([page.waitForURL(/\/orders\/\d+$/), page.click('button[type=submit]')]);
