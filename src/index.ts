@@ -1,6 +1,7 @@
 /**
  * reckon: a durable job queue and execution journal for side effects.
  */
+import { loadTracing } from './runtime/tracing.js';
 import type { Store } from './store/store.js';
 import { createStore, DEFAULT_STORE_URL, type StoreOpenOptions } from './store/open.js';
 import { Queue, type QueueOptions } from './runtime/queue.js';
@@ -20,6 +21,7 @@ export async function openQueue(options: OpenQueueOptions = {}): Promise<Queue> 
           clock: options.clock ? () => options.clock!.now() : undefined,
         });
   await store.init();
+  await loadTracing();
   return new Queue(store, options);
 }
 

@@ -604,6 +604,14 @@ describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
       expect(
         (await store.jobList({ limit: 10, operation: 'op.b' })).map((j) => j.requestKey),
       ).toEqual(['c']);
+      await insert(
+        newJob('run-7:fetch', { runId: 'run-7' }),
+        newJob('run-7:send', { runId: 'run-7' }),
+      );
+      expect((await store.jobList({ limit: 10, runId: 'run-7' })).map((j) => j.requestKey)).toEqual(
+        ['run-7:send', 'run-7:fetch'],
+      );
+      expect(await store.jobList({ limit: 10, runId: 'run-8' })).toEqual([]);
       expect(
         (await store.jobList({ limit: 1, beforeId: all[0]!.id })).map((j) => j.requestKey),
       ).toEqual(['b']);

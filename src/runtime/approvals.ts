@@ -19,6 +19,7 @@ import type { EventEmitter } from 'node:events';
 import type { Logger } from '../core/operation.js';
 import type { JobRecord, Store } from '../store/store.js';
 import { deciderOf, type DecisionBy } from './decision-by.js';
+import { traced } from './tracing.js';
 
 /** An awaiting job as the approver sees it: the job (with its input and reason), its age and expiry. */
 export type ApprovalRequest = JobRecord & {
@@ -99,6 +100,18 @@ export class Approvals {
    * JobStateConflict, as does a decision on a job that is not (or no longer) awaiting one.
    */
   async decide(jobId: string, options: DecideOptions): Promise<JobRecord> {
+    return traced(
+      'reckon.decision approval',
+      'internal',
+      {
+        'reckon.job_id': String(jobId),
+        'reckon.decision': options?.approve === true ? 'approve' : 'deny',
+      },
+      () => this.decideJob(jobId, options),
+    );
+  }
+
+  private async decideJob(jobId: string, options: DecideOptions): Promise<JobRecord> {
     if (typeof jobId !== 'string' || jobId.length === 0)
       throw new InvalidInput('job id must be a non-empty string');
     if (typeof options?.approve !== 'boolean')

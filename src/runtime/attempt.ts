@@ -27,6 +27,7 @@ import type { Faults } from './faults.js';
 import type { RuntimeObserver } from './observer.js';
 import { silentLogger } from './observer.js';
 import { DISABLED_SAFEGUARD } from '../core/unsafe.js';
+import { endSpan, startSpan, within } from './tracing.js';
 
 export type AttemptEnd =
   | {
@@ -414,9 +415,17 @@ export class AttemptRun {
       queue: job.queue,
       queueAgeMs: mark.dispatchedAt - job.createdAt,
     });
-    const pending = early ? early() : fn();
+    const span = startSpan(`reckon.dispatch ${job.operation}`, 'client', {
+      'reckon.job_id': job.id,
+      'reckon.attempt_no': this.lease.attemptNo,
+      'reckon.request_key': job.requestKey,
+    });
+    const pending = early ? early() : within(span, fn);
     // A `throw` fault below abandons the request; its own rejection must not crash the process.
-    Promise.resolve(pending).catch(() => undefined);
+    Promise.resolve(pending).then(
+      () => endSpan(span),
+      (err: unknown) => endSpan(span, {}, err),
+    );
     this.host.faults.hit('after-send-before-response', this.lease);
     const value = await pending;
     this.host.faults.hit('after-response-before-commit', this.lease);

@@ -40,6 +40,7 @@ import { Review } from './review.js';
 import { overviewOf, searchJobs, type JobSearchQuery, type Overview } from './search.js';
 import { LIMITS } from './settings.js';
 import { Worker, type WorkerOptions } from './worker.js';
+import { tracedInsert } from './tracing.js';
 import {
   OutcomeWaiters,
   outcomeOf,
@@ -101,6 +102,8 @@ export interface JobsQuery {
   state?: JobState | JobState[];
   queue?: string;
   operation?: string;
+  /** Only the steps of this agent run (`{ runId, stepId }` at enqueue). */
+  runId?: string;
   limit?: number;
   beforeId?: string;
 }
@@ -231,11 +234,13 @@ export class Queue {
     const offers = batch.transaction === undefined ? this.handOffOffers(inserts) : undefined;
     let results: JobInsertResult[];
     try {
-      results = await this.store.jobInsertMany({
-        jobs: inserts,
-        actor: batch.actor ?? this.actor,
-        ...(batch.transaction !== undefined ? { transaction: batch.transaction } : {}),
-      });
+      results = await tracedInsert(operation.name, inserts, () =>
+        this.store.jobInsertMany({
+          jobs: inserts,
+          actor: batch.actor ?? this.actor,
+          ...(batch.transaction !== undefined ? { transaction: batch.transaction } : {}),
+        }),
+      );
     } catch (err) {
       if (offers) for (const o of offers) o.worker.handOffSettled(undefined, o.sentAt);
       throw err;
@@ -489,6 +494,7 @@ export class Queue {
       states,
       queue: query.queue,
       operation: query.operation,
+      runId: query.runId,
       limit,
       beforeId: query.beforeId,
     });

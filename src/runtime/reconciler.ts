@@ -24,6 +24,7 @@ import type {
 import { policyOf } from './reclaimer.js';
 import type { RuntimeObserver } from './observer.js';
 import type { JobEvent } from './events.js';
+import { traced } from './tracing.js';
 
 interface ReconcilerHost {
   readonly store: Store;
@@ -74,10 +75,17 @@ export class Reconciler {
     let path: string = recovery;
     if (recovery === 'lookup') {
       if (await this.deferredToHorizon(job, attempt)) return;
-      verdict = await this.lookup(op, job.requestKey, job.input, {
-        jobId: job.id,
-        attemptNo: attempt.attemptNo,
-      });
+      verdict = await traced(
+        `reckon.lookup ${job.operation}`,
+        'client',
+        { 'reckon.job_id': job.id, 'reckon.attempt_no': attempt.attemptNo },
+        () =>
+          this.lookup(op, job.requestKey, job.input, {
+            jobId: job.id,
+            attemptNo: attempt.attemptNo,
+          }),
+        job.traceParent,
+      );
       decision = decideAfterLookup(verdict, attempt.attemptNo, policy, {
         failuresSoFar: job.lookupFailures,
         max: op.reconcile.maxLookups,

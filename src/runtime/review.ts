@@ -9,6 +9,7 @@ import type { JobState } from '../core/states.js';
 import type { JobDetail, JobRecord, Store } from '../store/store.js';
 import type { RuntimeObserver } from './observer.js';
 import { deciderOf, type DecisionBy } from './decision-by.js';
+import { traced } from './tracing.js';
 
 export type ReviewDecision = 'succeeded' | 'failed' | 'retry';
 
@@ -50,6 +51,15 @@ export class Review {
    * deduplicates). Also accepted for a job still UNKNOWN.
    */
   async resolve(jobId: string, options: ResolveOptions): Promise<JobRecord> {
+    return traced(
+      'reckon.decision review',
+      'internal',
+      { 'reckon.job_id': String(jobId), 'reckon.decision': String(options?.as) },
+      () => this.resolveJob(jobId, options),
+    );
+  }
+
+  private async resolveJob(jobId: string, options: ResolveOptions): Promise<JobRecord> {
     const as = options?.as;
     if (as !== 'succeeded' && as !== 'failed' && as !== 'retry')
       throw new InvalidInput(

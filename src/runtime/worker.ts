@@ -25,6 +25,7 @@ import { Retention, retentionSettings, type RetentionOptions } from './retention
 import { FlowClaimer, ScheduleRunner, type ScheduleHost } from './flow.js';
 import type { Schedule } from '../core/schedule.js';
 import { workerSettings, type WorkerSettings } from './settings.js';
+import { tracedAttempt } from './tracing.js';
 
 export type { JobEvent } from './events.js';
 
@@ -455,7 +456,9 @@ export class Worker extends EventEmitter implements AttemptHost {
       this.pump();
       this.roomFreed();
     };
-    const done = started.then(() => run.run(freeSlot)).finally(freeSlot);
+    const done = started
+      .then(() => tracedAttempt(claimed, () => run.run(freeSlot)))
+      .finally(freeSlot);
     this.inFlight.set(key, {
       run,
       done: done.then(

@@ -45,6 +45,7 @@ export interface JobRow {
   /** Absent from the rows of statements that do not select them (read as null). */
   approval_reason?: string | null;
   approval_expires_at?: MaybeTime;
+  trace_parent?: string | null;
 }
 
 export interface AttemptRow {
@@ -123,6 +124,7 @@ export function jobFromRow(r: JobRow): JobRecord {
     error: parseJson<ErrorInfo>(r.error_json),
     approvalReason: r.approval_reason ?? null,
     approvalExpiresAt: toMsOrNull(r.approval_expires_at ?? null),
+    traceParent: r.trace_parent ?? null,
   };
 }
 
@@ -229,6 +231,7 @@ export function newQueuedJob(j: JobInsert, now: number, backoffJson?: string): J
     error: null,
     approvalReason: j.approval?.reason ?? null,
     approvalExpiresAt: approvalExpiresAt(j, now),
+    traceParent: j.traceParent ?? null,
   };
 }
 

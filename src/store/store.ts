@@ -51,6 +51,8 @@ export interface JobRecord {
   approvalReason: string | null;
   /** AWAITING_APPROVAL jobs: when the approval times out (null: never, or decided). */
   approvalExpiresAt: number | null;
+  /** The enqueuing code's W3C trace context (`traceparent`), when a tracer was active. */
+  traceParent?: string | null;
 }
 
 export interface AttemptRecord {
@@ -125,6 +127,8 @@ export interface JobInsert {
   /** The keys of its operation's limits (core/flow.ts `flowKeysOf`); absent: none. */
   rateKey?: string | null;
   concurrencyKey?: string | null;
+  /** The enqueuing code's W3C `traceparent` (absent: no tracer was active). */
+  traceParent?: string | null;
 }
 
 export type JobInsertResult =
@@ -221,6 +225,8 @@ export interface JobListParams {
   states?: JobState[];
   queue?: string;
   operation?: string;
+  /** Only the steps of this agent run (the `runId` given at enqueue). */
+  runId?: string;
   limit: number;
   /** Keyset pagination: jobs created before this id (ids sort by creation). */
   beforeId?: string;

@@ -22,6 +22,7 @@ interface ListFlags extends StoreFlags {
   state?: JobState[];
   queue?: string;
   operation?: string;
+  run?: string;
   limit: number;
   before?: string;
   json?: boolean;
@@ -97,6 +98,7 @@ function registerList(jobs: Command): void {
     )
     .option('--queue <name>', 'only this queue')
     .option('--operation <name>', 'only this operation')
+    .option('--run <runId>', 'only the steps of this agent run (enqueued with { runId, stepId })')
     .option('--limit <n>', 'at most this many jobs', intOption(1, 10_000), 50)
     .option('--before <id>', 'page: only jobs created before this job id')
     .addHelpText(
@@ -111,6 +113,7 @@ function registerList(jobs: Command): void {
         ...(flags.state ? { state: flags.state } : {}),
         ...(flags.queue ? { queue: flags.queue } : {}),
         ...(flags.operation ? { operation: flags.operation } : {}),
+        ...(flags.run ? { runId: flags.run } : {}),
         limit: flags.limit,
         ...(flags.before ? { beforeId: flags.before } : {}),
       }),

@@ -14,6 +14,7 @@ import { parseRetentionSpec, type RetentionOptions } from '../../runtime/retenti
 import type { Worker } from '../../runtime/worker.js';
 import { parseAllowedHosts } from '../../server/host-check.js';
 import { startMetricsServer, type HttpEndpoint } from '../../server/metrics-server.js';
+import { readinessRoute, type WorkerPhase } from '../../server/readiness.js';
 import { loadOperations, loadSchedules, OPERATIONS_HELP } from '../operations-module.js';
 import { formatDuration, printJson, println } from '../output.js';
 import { intOption, listOption } from '../parse.js';
@@ -91,7 +92,7 @@ export function registerWork(program: Command): void {
     )
     .option(
       '--metrics-port <port>',
-      "serve Prometheus metrics on this port: this worker's counters and the store's gauges (0 = any free port)",
+      "serve Prometheus metrics on this port: this worker's counters and the store's gauges, with /healthz (alive) and /readyz (taking jobs: started, not stopping, store answering) (0 = any free port)",
       intOption(0, 65_535),
     )
     .option('--metrics-host <host>', 'address for --metrics-port', '127.0.0.1')
@@ -133,6 +134,7 @@ async function runWork(flags: WorkFlags): Promise<void> {
     ...(metrics ? { observer: metrics.observer } : {}),
   });
   let endpoint: HttpEndpoint | undefined;
+  let phase: WorkerPhase = 'starting';
   if (metrics) {
     metrics.attachStore(q.store);
     try {
@@ -142,6 +144,13 @@ async function runWork(flags: WorkFlags): Promise<void> {
         host: flags.metricsHost,
         // The same check as `reckon serve`: a web page cannot read the metrics by DNS rebinding.
         allowedHosts: parseAllowedHosts(flags.allowedHosts),
+        routes: [
+          readinessRoute({
+            phase: () => phase,
+            storeAnswers: () => q.store.clockNow(),
+            clock: q.clock,
+          }),
+        ],
       });
     } catch (err) {
       await q.close();
@@ -169,7 +178,7 @@ async function runWork(flags: WorkFlags): Promise<void> {
   }
   const counts = Object.fromEntries(COUNTED.map((k) => [k, 0])) as Record<Counted, number>;
   for (const k of COUNTED) worker.on(k, () => void counts[k]++);
-  const signal = await runUntilSignal(worker);
+  const signal = await runUntilSignal(worker, (p) => (phase = p));
   await endpoint?.close();
   await q.close();
   const summary = {
@@ -189,7 +198,10 @@ async function runWork(flags: WorkFlags): Promise<void> {
 }
 
 /** Starts the worker and resolves with the first stop signal; a second one exits at once. */
-async function runUntilSignal(worker: Worker): Promise<NodeJS.Signals> {
+async function runUntilSignal(
+  worker: Worker,
+  onPhase: (phase: WorkerPhase) => void,
+): Promise<NodeJS.Signals> {
   let first: NodeJS.Signals | undefined;
   let stopped!: (sig: NodeJS.Signals) => void;
   const got = new Promise<NodeJS.Signals>((resolve) => (stopped = resolve));
@@ -199,6 +211,7 @@ async function runUntilSignal(worker: Worker): Promise<NodeJS.Signals> {
       process.exit(128 + constants.signals[sig]);
     }
     first = sig;
+    onPhase('stopping');
     process.stderr.write(
       `reckon: ${sig}: stopping after jobs in flight (${sig} again to exit now)\n`,
     );
@@ -207,6 +220,7 @@ async function runUntilSignal(worker: Worker): Promise<NodeJS.Signals> {
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   await worker.start();
+  if (first === undefined) onPhase('ready');
   const sig = await got;
   // The second-signal handler stays installed until the worker has stopped.
   await worker.stop();

@@ -328,6 +328,8 @@ function sharedColumn(
       return j.timeoutMs;
     case 'reconcile_grace_ms':
       return j.reconcileGraceMs;
+    case 'trace_parent':
+      return j.traceParent ?? null;
     case 'approval':
       return j.approval !== undefined;
     case 'approval_reason':

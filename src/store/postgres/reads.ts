@@ -58,6 +58,7 @@ export async function jobList(h: PgHandle, p: JobListParams): Promise<JobRecord[
   if (p.states?.length) where.push(`state = ANY(${param(p.states)}::text[])`);
   if (p.queue !== undefined) where.push(`queue = ${param(p.queue)}`);
   if (p.operation !== undefined) where.push(`operation = ${param(p.operation)}`);
+  if (p.runId !== undefined) where.push(`run_id = ${param(p.runId)}`);
   if (p.beforeId !== undefined) where.push(`id < ${param(p.beforeId)}`);
   const sql =
     `${h.sql.jobListBase} ${where.length ? 'WHERE ' + where.join(' AND ') : ''}` +

@@ -293,6 +293,13 @@ CREATE TABLE IF NOT EXISTS flow_schedules (
 );
 `,
   },
+  {
+    // The enqueuing code's trace context (W3C traceparent), so that a worker's spans join the
+    // agent's trace (docs/tracing.md). NULL when no tracer was active at enqueue.
+    version: 13,
+    name: 'trace context recorded with the job',
+    sql: `ALTER TABLE jobs ADD COLUMN IF NOT EXISTS trace_parent text;`,
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

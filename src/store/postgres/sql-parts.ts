@@ -69,6 +69,7 @@ export function jobColumns(alias: string): string {
     `${a}.attempt_count, ${a}.max_attempts, ${a}.backoff_json, ${a}.timeout_ms, ${a}.reconcile_grace_ms`,
     `${toMs(`${a}.next_check_at`)} AS next_check_at, ${a}.lookup_failures, ${a}.result_json, ${a}.error_json`,
     `${a}.approval_reason, ${toMs(`${a}.approval_expires_at`)} AS approval_expires_at`,
+    `${a}.trace_parent`,
   ].join(',\n  ');
 }
 
@@ -152,6 +153,7 @@ export const NEW_JOB_SHARED = [
   ['backoff_json', 'text'],
   ['timeout_ms', 'bigint'],
   ['reconcile_grace_ms', 'bigint'],
+  ['trace_parent', 'text'],
   // AWAITING_APPROVAL when true, expiring approval_expires_ms after now (null: never)
   ['approval', 'boolean'],
   ['approval_reason', 'text'],

@@ -42,11 +42,13 @@ function insertJobsAs(jobs: string, state: string, attemptCount: string, from: s
   return `
   INSERT INTO ${jobs} (id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id,
     state, priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms,
-    reconcile_grace_ms, attempt_count, approval_reason, approval_expires_at, rate_key, concurrency_key)
+    reconcile_grace_ms, attempt_count, approval_reason, approval_expires_at, rate_key, concurrency_key,
+    trace_parent)
   SELECT n.id, n.queue, n.operation, n.input_json, n.request_key, n.request_fingerprint, n.run_id, n.step_id,
     ${state}, n.priority, coalesce(${fromMs('n.run_at')}, now.t + ${millis('n.delay_ms')}), now.t, now.t,
     n.max_attempts, n.backoff_json, n.timeout_ms, n.reconcile_grace_ms, ${attemptCount},
-    n.approval_reason, now.t + ${millis('n.approval_expires_ms')}, n.rate_key, n.concurrency_key
+    n.approval_reason, now.t + ${millis('n.approval_expires_ms')}, n.rate_key, n.concurrency_key,
+    n.trace_parent
   FROM ${from}`;
 }
 

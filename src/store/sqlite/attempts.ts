@@ -132,7 +132,7 @@ export function leaseRows(
   const out: ClaimedAttempt[] = new Array<ClaimedAttempt>(rows.length);
   for (let i = 0; i < rows.length; i++) {
     const r = rows[i]!;
-    assert(lease.run(now, r[25]).changes === 1, `job ${r[0]} changed between read and lease`);
+    assert(lease.run(now, r[26]).changes === 1, `job ${r[0]} changed between read and lease`);
     // The row as leased.
     r[8] = 'LEASED';
     r[12] = now;

@@ -153,8 +153,8 @@ function claimLimited(h: SqliteHandle, p: FlowClaimParams, write: boolean): Flow
       .rawStmt(candidateSql(open.queues.length, limit))
       .all(candidateArgs(open.queues, limit, now, window)) as FlowTuple[];
     const candidates: FlowCandidate[] = rows.map((r) => ({
-      rateKey: r[26] ?? '',
-      concurrencyKey: r[27] ?? '',
+      rateKey: r[27] ?? '',
+      concurrencyKey: r[28] ?? '',
     }));
     const plan = planFlowClaim(limit, candidates, countsOf(h, limit, now), want, now);
     result.held.push({
@@ -192,7 +192,7 @@ function lease(
     );
     for (const [key, at] of nextStartAt) next.run(limit.operation, key, at);
     const start = h.stmt('INSERT INTO flow_starts (operation, rate_key, at) VALUES (?, ?, ?)');
-    for (const r of taken) start.run(limit.operation, r[26] ?? '', now);
+    for (const r of taken) start.run(limit.operation, r[27] ?? '', now);
     // Starts that left the window count for nothing any more.
     h.stmt('DELETE FROM flow_starts WHERE operation = ? AND at <= ?').run(
       limit.operation,

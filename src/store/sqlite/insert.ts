@@ -42,8 +42,8 @@ export class JobInserter {
       const insert = this.h.stmt(
         `INSERT INTO jobs (id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id, state,
            priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms, reconcile_grace_ms,
-           approval_reason, approval_expires_at, rate_key, concurrency_key)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+           approval_reason, approval_expires_at, rate_key, concurrency_key, trace_parent)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT (request_key) DO NOTHING`,
       );
       const results: JobInsertResult[] = [];
@@ -80,6 +80,7 @@ export class JobInserter {
             approvalExpiresAt(j, now),
             j.rateKey ?? null,
             j.concurrencyKey ?? null,
+            j.traceParent ?? null,
           ).changes === 1;
         if (!inserted) {
           results.push(this.deduped(j, p.actor, now));

@@ -97,6 +97,7 @@ export function jobList(h: SqliteHandle, p: JobListParams): Promise<JobRecord[]>
     };
     eq('queue', p.queue);
     eq('operation', p.operation);
+    eq('run_id', p.runId);
     eq('id', p.beforeId, '<');
     const sql = `SELECT * FROM jobs ${where.length ? 'WHERE ' + where.join(' AND ') : ''} ORDER BY id DESC ${LIMIT_PARAM}`;
     return (

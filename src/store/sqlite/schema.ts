@@ -296,6 +296,14 @@ CREATE TABLE IF NOT EXISTS flow_schedules (
 ) STRICT;
 `,
   },
+  {
+    // The enqueuing code's trace context (W3C traceparent), so that a worker's spans join the
+    // agent's trace (docs/tracing.md). NULL when no tracer was active at enqueue.
+    version: 13,
+    name: 'trace context recorded with the job',
+    sql: '',
+    columns: [{ table: 'jobs', column: 'trace_parent', type: 'TEXT' }],
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

@@ -112,7 +112,7 @@ export function claimArgs(
 export const JOB_COLUMNS = `id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id, state,
   priority, run_at, created_at, updated_at, finished_at, attempt_count, max_attempts, backoff_json, timeout_ms,
   next_check_at, lookup_failures, result_json, error_json, reconcile_grace_ms, approval_reason,
-  approval_expires_at`;
+  approval_expires_at, trace_parent`;
 
 export type JobTuple = [
   id: string,
@@ -140,6 +140,7 @@ export type JobTuple = [
   reconcileGraceMs: number,
   approvalReason: string | null,
   approvalExpiresAt: number | null,
+  traceParent: string | null,
 ];
 
 /** A claim's row: the job's columns, then its rowid. */
@@ -173,6 +174,7 @@ export function jobFromTuple(r: JobTuple | ClaimTuple): JobRecord {
     reconcileGraceMs: r[22],
     approvalReason: r[23],
     approvalExpiresAt: r[24],
+    traceParent: r[25],
   };
 }
 

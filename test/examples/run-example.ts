@@ -1,0 +1,45 @@
+/**
+ * Runs an example as a user would (`node examples/<name>/run.js`, on the build) and hands back
+ * what it printed and how it exited: the example's own verdict is the business outcome.
+ */
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+
+export const ROOT = resolve(import.meta.dirname, '..', '..');
+
+export interface ExampleRun {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+export function runExample(
+  name: string,
+  env: Record<string, string> = {},
+  args: string[] = [],
+): Promise<ExampleRun> {
+  if (!existsSync(join(ROOT, 'dist', 'cli', 'main.js')))
+    throw new Error('the examples run on the build: run `npm run build` (npm test does)');
+  const child = spawn(process.execPath, [join(ROOT, 'examples', name, 'run.js'), ...args], {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+  child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+  return new Promise((res, rej) => {
+    child.once('error', rej);
+    child.once('close', (code, signal) => res({ code, signal, stdout, stderr }));
+  });
+}
+
+/** The checks the example printed that did not hold. */
+export function failedChecks(out: string): string[] {
+  return out
+    .split('\n')
+    .filter((l) => l.trimStart().startsWith('FAIL '))
+    .map((l) => l.trim());
+}
