@@ -1,7 +1,8 @@
 /**
  * reckon/testkit: tools for proving that your own operations keep reckon's promise. A fake
  * downstream with an effect ledger, worker child processes to kill -9, the verdict judged by the
- * business outcome, the chaos harness (`runChaos`, also for your own operations) and the demo.
+ * business outcome, the chaos harness (`runChaos`, also for your own operations), the demo, and
+ * the deterministic simulator (`runSim`, docs/simulation.md).
  */
 export {
   Downstream,
@@ -63,3 +64,13 @@ export { progressBar, renderChaosReport } from './chaos-output.js';
 export type { ProgressView } from './chaos-output.js';
 export { runDemo } from './demo.js';
 export type { DemoOptions, DemoReport } from './demo.js';
+export { runSim, runSimBatch, shrinkSim, replayCommand, SIM_FAULTS } from './sim/index.js';
+export type {
+  SimResult,
+  SimRunOptions,
+  SimBatchOptions,
+  SimBatchReport,
+  ShrinkResult,
+  SimFault,
+  SimLimits,
+} from './sim/index.js';

@@ -54,6 +54,8 @@ export interface SimResult {
 const CALM_MS_MAX = 600_000;
 /** Events one run may take: a runaway loop ends the run (and fails it) instead of hanging. */
 const STEPS_MAX = 400_000;
+/** The chance that a crash or freeze (while the seed has some left) strikes before a step. */
+const STEP_FAULT_CHANCE = 0.01;
 /** How often the calm phase checks whether everything settled (virtual ms). */
 const SETTLE_CHECK_MS = 500;
 
@@ -233,12 +235,22 @@ class SimRun {
   private scheduleFaults(): void {
     const { world, s } = this;
     const at = () => world.int(0, s.chaosMs);
-    if (s.faults.has('crash'))
-      for (let i = world.int(1, 4); i > 0; i--)
-        world.schedule(at(), null, 'crash', () => this.crash());
-    if (s.faults.has('freeze') && this.freezeMsMax() > s.worker.leaseMs)
-      for (let i = world.int(1, 3); i > 0; i--)
-        world.schedule(at(), null, 'freeze', () => this.freeze());
+    let crashes = s.faults.has('crash') ? world.int(1, 4) : 0;
+    let freezes =
+      s.faults.has('freeze') && this.freezeMsMax() > s.worker.leaseMs ? world.int(1, 3) : 0;
+    // Crashes and freezes strike a process between two of its steps (at any await), each step
+    // with the same small chance: busy moments (a marker write, an outcome) are hit as often
+    // as they occur.
+    world.beforeStep = (p) => {
+      if (this.calm || p.name === 'operator') return;
+      if (crashes > 0 && world.chance(STEP_FAULT_CHANCE)) {
+        crashes--;
+        this.crash(p);
+      } else if (freezes > 0 && world.chance(STEP_FAULT_CHANCE)) {
+        freezes--;
+        this.freeze(p);
+      }
+    };
     const windows = (what: 'downUntil' | 'throttledUntil') =>
       world.schedule(at(), null, what, () => {
         if (this.calm) return;
@@ -252,25 +264,19 @@ class SimRun {
     if (s.faults.has('throttle')) windows('throttledUntil');
   }
 
-  private crash(): void {
-    if (this.calm) return;
-    const live = this.live();
-    if (live.length === 0) return;
-    const victim = live[this.world.int(0, live.length - 1)]!;
+  private crash(proc: SimProcess): void {
+    const victim = this.slots.find((i) => i.proc === proc);
+    if (!victim) return;
     victim.proc.crashed = true;
     this.world.log(victim.proc, 'CRASH');
     const slot = this.slots.indexOf(victim);
     this.world.schedule(this.world.int(100, 3_000), null, 'restart', () => this.start(slot));
   }
 
-  private freeze(): void {
-    if (this.calm) return;
-    const live = this.live();
-    if (live.length === 0) return;
-    const victim = live[this.world.int(0, live.length - 1)]!;
+  private freeze(proc: SimProcess): void {
     const ms = this.world.int(this.s.worker.leaseMs + 1, this.freezeMsMax());
-    victim.proc.frozenUntil = this.world.now + ms;
-    this.world.log(victim.proc, `FREEZE ${ms} ms`);
+    proc.frozenUntil = this.world.now + ms;
+    this.world.log(proc, `FREEZE ${ms} ms`);
   }
 
   private beginCalm(): void {

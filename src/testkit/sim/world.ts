@@ -106,6 +106,8 @@ export class World {
   steps = 0;
   private readonly heap = new EventHeap();
   private seq = 0;
+  /** Called before each event of a live process: it may crash or freeze it first. */
+  beforeStep: ((p: SimProcess) => void) | undefined;
   /** The process whose store call is executing: the store reads that process's clock. */
   caller: SimProcess | null = null;
 
@@ -191,6 +193,11 @@ export class World {
         return;
       }
       if (e.cancelled || e.owner?.crashed) continue;
+      // Faults strike between a process's steps, i.e. at any of its awaits.
+      if (e.owner && e.owner.frozenUntil <= e.at && this.beforeStep) {
+        this.beforeStep(e.owner);
+        if (e.owner.crashed) continue;
+      }
       if (e.owner && e.owner.frozenUntil > e.at) {
         e.at = e.owner.frozenUntil;
         this.heap.push(e);
