@@ -243,7 +243,8 @@ describe('/api/approvals of reckon serve', () => {
       });
     expect((await decide(a!.id, { approve: true, actor: 'eve' })).status).toBe(401);
     expect((await decide(a!.id, { approve: true, actor: 'eve' }, 'wrong')).status).toBe(401);
-    expect((await decide(a!.id, { approve: true }, 's3cret')).status).toBe(400);
+    // The decider is the token's principal; a body without the decision itself is refused.
+    expect((await decide(a!.id, { actor: 'dana' }, 's3cret')).status).toBe(400);
     const ok = await decide(a!.id, { approve: true, actor: 'dana', note: 'fine' }, 's3cret');
     expect(ok.status).toBe(200);
     expect(((await ok.json()) as { job: JobRecord }).job).toMatchObject({ state: 'QUEUED' });

@@ -90,27 +90,6 @@ export function registerServe(program: Command): void {
       process.env.RECKON_SERVE_ALLOWED_HOSTS,
     )
     .option(
-      '--notify-url <url>',
-      'POST a notification here when a job awaits approval or needs review, with a link to its ' +
-        'page; delivered as a reckon job (queue reckon.notify). Prefer RECKON_NOTIFY_URL: a ' +
-        'webhook URL is a secret',
-      process.env.RECKON_NOTIFY_URL,
-    )
-    .addOption(
-      new Option('--notify-format <format>', 'slack: { text }; json: the job fields')
-        .choices(['slack', 'json'])
-        .default('json'),
-    )
-    .option(
-      '--public-url <url>',
-      'the address people reach this server at, for links in notifications (default: its own)',
-    )
-    .option(
-      '--notify-lease-ms <ms>',
-      'lease of a notification delivery: how soon one a killed server left is taken over',
-      intOption(1_000, 2 ** 31),
-    )
-    .option(
       '--max-queue-age <ms>',
       'health check for /api/status and the dashboard',
       intOption(0, INT_MAX),
@@ -131,8 +110,35 @@ export function registerServe(program: Command): void {
       'after',
       '\nExample:\n  $ reckon serve --port 9464 --max-unknown 0 --max-review 5',
     );
+  addNotifyOptions(cmd);
   addStoreOption(cmd);
   cmd.action(runServe);
+}
+
+/** --notify-url and its company (see server/notify.ts). */
+function addNotifyOptions(cmd: Command): void {
+  cmd
+    .option(
+      '--notify-url <url>',
+      'POST a notification here when a job awaits approval or needs review, with a link to its ' +
+        'page; delivered as a reckon job (queue reckon.notify). Prefer RECKON_NOTIFY_URL: a ' +
+        'webhook URL is a secret',
+      process.env.RECKON_NOTIFY_URL,
+    )
+    .addOption(
+      new Option('--notify-format <format>', 'slack: { text }; json: the job fields')
+        .choices(['slack', 'json'])
+        .default('json'),
+    )
+    .option(
+      '--public-url <url>',
+      'the address people reach this server at, for links in notifications (default: its own)',
+    )
+    .option(
+      '--notify-lease-ms <ms>',
+      'lease of a notification delivery: how soon one a killed server left is taken over',
+      intOption(1_000, 2 ** 31),
+    );
 }
 
 async function runServe(flags: ServeFlags): Promise<void> {

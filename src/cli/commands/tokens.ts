@@ -37,6 +37,11 @@ export function registerTokens(program: Command): void {
         'over HTTP records the token that made it. The store keeps only a SHA-256 hash.',
     );
 
+  registerCreate(tokens);
+  registerListAndRevoke(tokens);
+}
+
+function registerCreate(tokens: Command): void {
   const create = tokens
     .command('create')
     .summary('make a token and print it once')
@@ -93,7 +98,9 @@ export function registerTokens(program: Command): void {
         'Send it as Authorization: Bearer <token>, or sign in to the console with it.\n',
     );
   });
+}
 
+function registerListAndRevoke(tokens: Command): void {
   const list = tokens.command('list').summary('live tokens (never the tokens themselves)');
   list.option('--all', 'revoked ones too');
   addStoreOption(list);
