@@ -42,6 +42,7 @@ export function statements(schema: string) {
   return {
     ...lifecycleStatements(t),
     ...writeStatements(t),
+    ...decisionStatements(t),
     ...insertStatements(t),
     ...handOffStatements(t),
     ...readStatements(t),
@@ -164,6 +165,24 @@ FROM (
     /** $1 job id. Locks the job; `now` is read after the lock is held. */
     jobLock: `SELECT l.*, ${NOW} AS now FROM (SELECT * FROM ${jobs} WHERE id = $1 FOR UPDATE) l`,
 
+    /** $1 job id, $2 attempt no. Locks that attempt (after its job: same order as leaseLock). */
+    attemptLock: `SELECT * FROM ${attempts} WHERE job_id = $1 AND attempt_no = $2 FOR UPDATE`,
+
+    /**
+     * $1 job id, $2 attempt no, $3 resolution, $4 source, $5 evidence (JSON text), $6 now (ms).
+     * Adds a resolution to an UNKNOWN attempt that has none.
+     */
+    attemptResolve: `
+UPDATE ${attempts} SET resolution = $3, resolution_source = $4, resolution_evidence_json = $5,
+  resolved_at = ${fromMs('$6')}
+WHERE job_id = $1 AND attempt_no = $2 AND state = 'UNKNOWN' AND resolution IS NULL`,
+  };
+}
+
+/** What the approval moves and the proof rule (plan/approval.ts, plan/proof.ts) lock and read. */
+export function decisionStatements(t: Tables) {
+  const { jobs, attempts } = t;
+  return {
     /** $1 job ids. Every move out of AWAITING_APPROVAL clears the expiry (plan/approval.ts). */
     approvalClear: `UPDATE ${jobs} SET approval_expires_at = NULL WHERE id = ANY($1::text[])`,
 
@@ -182,18 +201,6 @@ FOR UPDATE OF j SKIP LOCKED`,
     /** $1 job id. What plan/proof.ts reads of the job's attempts (the job is locked). */
     attemptFacts: `SELECT attempt_no, state, resolution, resolution_source, error_json
 FROM ${attempts} WHERE job_id = $1 ORDER BY attempt_no`,
-
-    /** $1 job id, $2 attempt no. Locks that attempt (after its job: same order as leaseLock). */
-    attemptLock: `SELECT * FROM ${attempts} WHERE job_id = $1 AND attempt_no = $2 FOR UPDATE`,
-
-    /**
-     * $1 job id, $2 attempt no, $3 resolution, $4 source, $5 evidence (JSON text), $6 now (ms).
-     * Adds a resolution to an UNKNOWN attempt that has none.
-     */
-    attemptResolve: `
-UPDATE ${attempts} SET resolution = $3, resolution_source = $4, resolution_evidence_json = $5,
-  resolved_at = ${fromMs('$6')}
-WHERE job_id = $1 AND attempt_no = $2 AND state = 'UNKNOWN' AND resolution IS NULL`,
   };
 }
 
