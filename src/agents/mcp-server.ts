@@ -52,6 +52,8 @@ export interface McpPrincipal {
   tokenId?: string;
   /** May decide approvals through `reckon_approval_decide`. */
   mayApprove: boolean;
+  /** The operations it may decide on; absent: all. */
+  operations?: string[];
 }
 
 /** The MCP tool name of an operation: `.`, `:` and `/` become `_`. */

@@ -14,6 +14,7 @@ interface Caller {
   role?: string;
   tokenId?: string;
   mayApprove: boolean;
+  operations?: string[];
 }
 
 export type ApprovalsMode = 'none' | 'list' | 'decide';
@@ -97,6 +98,14 @@ export function jobTools(
           throw new NotAuthorized(
             'reckon_approval_decide acts only for a person: connect with an approver token (reckon tokens create NAME --role approver) to decide here, or decide in the console or with reckon approvals',
           );
+        if (caller.operations) {
+          const detail = await q.job(jobId);
+          if (!detail) throw new JobNotFound(jobId);
+          if (!caller.operations.includes(detail.job.operation))
+            throw new NotAuthorized(
+              `${caller.name} may decide only on ${caller.operations.join(', ')}, not ${detail.job.operation}`,
+            );
+        }
         if (typeof args.approve !== 'boolean')
           throw new InvalidInput('approve: expected a boolean', '$.approve');
         const note = typeof args.note === 'string' ? args.note : undefined;

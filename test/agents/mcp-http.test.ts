@@ -12,7 +12,8 @@ import { openQueue, type Queue } from '../../src/index.js';
 import { serveHttp, type HttpMcpEndpoint, type McpHttpOptions } from '../../src/agents/mcp.js';
 import { refund } from '../fixtures/approval-ops.js';
 import { tempSqliteStore, type TestStore } from '../helpers/stores.js';
-import { until } from './harness.js';
+import { tokenHash } from '../../src/server/auth.js';
+import { CLI, startChild, until } from './harness.js';
 
 let store: TestStore;
 let q: Queue;
@@ -198,6 +199,77 @@ describe('reckon mcp tools', () => {
     const detail = (await q.job(job.id))!;
     expect(detail.job.state).toBe('CANCELLED');
     const decision = detail.events.find((e) => e.toState === 'CANCELLED');
-    expect(decision?.actor).toBe('operator:mcp:dana');
+    expect(decision?.actor).toBe('operator:dana');
+    expect(decision?.detail).toMatchObject({ by: { principal: 'dana', via: 'mcp' } });
+  });
+});
+
+describe('reckon mcp --http --approvals decide (the CLI)', () => {
+  it('acts for the person a named approver token names, and refuses any other token', async () => {
+    const job = await q.enqueue(refund, { amount: 900 }, { key: 'refund-cli' });
+    await q.store.tokenInsert({
+      id: 'tok_dana',
+      name: 'dana',
+      role: 'approver',
+      operations: null,
+      grants: [],
+      hash: tokenHash('dana-secret'),
+      createdBy: 'test',
+      expiresInMs: null,
+    });
+    await q.store.tokenInsert({
+      id: 'tok_viewer',
+      name: 'vic',
+      role: 'viewer',
+      operations: null,
+      grants: [],
+      hash: tokenHash('vic-secret'),
+      createdBy: 'test',
+      expiresInMs: null,
+    });
+    const server = startChild(
+      [
+        CLI,
+        'mcp',
+        '--operations',
+        'test/fixtures/approval-ops.ts',
+        '--store',
+        store.url,
+        '--http',
+        '0',
+        '--approvals',
+        'decide',
+      ],
+      { NODE_OPTIONS: '--import tsx' },
+    );
+    try {
+      let url = '';
+      await until(() => {
+        url = /MCP server at (\S+)/.exec(server.stderr.join(''))?.[1] ?? '';
+        return url !== '';
+      });
+      expect((await post(url, {})).status).toBe(401);
+      const vic = await connect(url, 'vic-secret');
+      const refused = await vic.callTool({
+        name: 'reckon_approval_decide',
+        arguments: { jobId: job.id, approve: true },
+      });
+      expect(JSON.stringify(refused.content)).toMatch(/NOT_AUTHORIZED/);
+      const dana = await connect(url, 'dana-secret');
+      const decided = await dana.callTool({
+        name: 'reckon_approval_decide',
+        arguments: { jobId: job.id, approve: true, note: 'checked' },
+      });
+      expect(decided.isError).toBeFalsy();
+      const detail = (await q.job(job.id))!;
+      const approved = detail.events.find((e) => e.kind === 'approved');
+      expect(approved?.actor).toBe('operator:dana');
+      expect(approved?.detail).toMatchObject({
+        by: { principal: 'dana', role: 'approver', tokenId: 'tok_dana', via: 'mcp' },
+      });
+    } finally {
+      server.proc.kill('SIGTERM');
+      await server.exited;
+    }
   });
 });

@@ -7,7 +7,10 @@ import { existsSync } from 'node:fs';
 import { Option, type Command } from 'commander';
 import { createLogger, type LoggerOptions } from '../../observe/logger.js';
 import type { Worker } from '../../runtime/worker.js';
-import type { ApprovalsMode, McpQueue } from '../../agents/mcp.js';
+import type { ApprovalsMode, McpPrincipal, McpQueue } from '../../agents/mcp.js';
+import type { Clock } from '../../core/clock.js';
+import { authenticator } from '../../server/auth.js';
+import type { Store } from '../../store/store.js';
 import { MCP_HTTP_DEFAULTS } from '../../agents/mcp-limits.js';
 import { parseAllowedHosts } from '../../server/host-check.js';
 import { UsageError } from '../exit.js';
@@ -141,7 +144,12 @@ async function runMcp(flags: McpFlags): Promise<void> {
       await Promise.race([closed, stdinEnded, stopSignal()]);
     } else {
       const token = process.env.RECKON_MCP_TOKEN;
+      // Deciding needs a person: with --approvals decide every request carries a named token
+      // (reckon tokens create), and the session acts for the principal that token names.
+      const persons =
+        flags.approvals === 'decide' ? { authenticate: namedTokens(q.store, q.clock) } : {};
       const endpoint = await mcp.serveHttp(queue, {
+        ...persons,
         ...options,
         port: flags.http,
         host: flags.host,
@@ -158,6 +166,25 @@ async function runMcp(flags: McpFlags): Promise<void> {
     await worker?.stop();
     await q.close();
   }
+}
+
+/** The principal of a named token (`reckon tokens`), as the MCP server's decide tool needs it. */
+function namedTokens(
+  store: Store,
+  clock: Clock,
+): (token: string) => Promise<McpPrincipal | undefined> {
+  const auth = authenticator({ store, now: () => clock.now() });
+  return async (token) => {
+    const p = await auth.bearer(token).catch(() => null);
+    if (!p) return undefined;
+    return {
+      name: p.name,
+      role: p.role,
+      ...(p.tokenId !== null ? { tokenId: p.tokenId } : {}),
+      ...(p.operations ? { operations: p.operations } : {}),
+      mayApprove: p.role === 'approver' || p.role === 'admin',
+    };
+  };
 }
 
 async function loadMcp(): Promise<typeof import('../../agents/mcp.js')> {
