@@ -236,13 +236,15 @@ describe.each(kinds)('q.call and q.waitFor on %s', (kind, skipReason) => {
           ),
         ),
       )) as OutcomePending[];
-      for (const [err, state] of [
-        [unknown!, 'UNKNOWN'],
-        [review!, 'NEEDS_REVIEW'],
+      // UNKNOWN waits out the timeout (reconciliation may settle it); NEEDS_REVIEW answers at
+      // once, since only a person can move it.
+      for (const [err, state, reason] of [
+        [unknown!, 'UNKNOWN', 'timeout'],
+        [review!, 'NEEDS_REVIEW', 'needs-review'],
       ] as const) {
         expect(err).toBeInstanceOf(OutcomePending);
         expect(err.state).toBe(state);
-        expect(err.reason).toBe('timeout');
+        expect(err.reason).toBe(reason);
         expect(err.evidence.attempt).toMatchObject({ attemptNo: 1, state: 'UNKNOWN' });
         expect(err.evidence.attempt!.dispatchedAt).toEqual(expect.any(Number));
         expect(err.evidence.events.at(-1)).toMatchObject({ toState: state });

@@ -586,6 +586,7 @@ describe.skipIf(pgReason !== null)(
           `SELECT c.table_name || '.' || c.column_name AS col, c.collation_name AS collation
            FROM information_schema.columns c
            WHERE c.table_schema = 'reckon' AND c.column_name IN ('id', 'job_id', 'request_key')
+             AND c.table_name IN ('jobs', 'attempts', 'events', 'outcome_waits')
              AND c.data_type = 'text' ORDER BY 1`,
         );
         expect(collations.rows).toEqual([

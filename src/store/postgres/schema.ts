@@ -233,7 +233,7 @@ CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at) WHERE finished_at
     // Named API tokens of `reckon serve` (reckon tokens create|list|revoke): only a SHA-256 hash
     // of each token is kept. A name belongs to one live token; a revoked one keeps its row, so
     // the decisions it made still name a token that existed.
-    version: 10,
+    version: 8,
     name: 'named tokens',
     sql: `
 CREATE TABLE IF NOT EXISTS tokens (
@@ -252,10 +252,10 @@ CREATE UNIQUE INDEX IF NOT EXISTS tokens_live_name ON tokens (name) WHERE revoke
 `,
   },
   {
-    // Flow control (issue #30): as SQLite's migration 11 (see there). Claims of limited
+    // Flow control (issue #30): as SQLite's migration 9 (see there). Claims of limited
     // operations serialize per key with transaction-scoped advisory locks, taken with
     // pg_try_advisory_xact_lock so that a claimer skips a busy key instead of queueing on it.
-    version: 11,
+    version: 9,
     name: 'flow control: limits, pauses, schedules',
     sql: `
 ALTER TABLE jobs
@@ -296,7 +296,7 @@ CREATE TABLE IF NOT EXISTS flow_schedules (
   {
     // The enqueuing code's trace context (W3C traceparent), so that a worker's spans join the
     // agent's trace (docs/tracing.md). NULL when no tracer was active at enqueue.
-    version: 13,
+    version: 10,
     name: 'trace context recorded with the job',
     sql: `ALTER TABLE jobs ADD COLUMN IF NOT EXISTS trace_parent text;`,
   },

@@ -231,7 +231,7 @@ CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at) WHERE finished_at
     // Named API tokens of `reckon serve` (reckon tokens create|list|revoke): only a SHA-256 hash
     // of each token is kept. A name belongs to one live token; a revoked one keeps its row, so
     // the decisions it made still name a token that existed.
-    version: 10,
+    version: 8,
     name: 'named tokens',
     sql: `
 CREATE TABLE IF NOT EXISTS tokens (
@@ -257,7 +257,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS tokens_live_name ON tokens (name) WHERE revoke
     // Retry-After). flow_pauses: queues and operations whose jobs no claim takes. flow_schedules:
     // each schedule's last enqueued slot, so that a slot is judged once, whoever ticks.
     // jobs_flow_leased counts the leased jobs of a limited key: only limited jobs enter it.
-    version: 11,
+    version: 9,
     name: 'flow control: limits, pauses, schedules',
     columns: [
       { table: 'jobs', column: 'rate_key', type: 'TEXT' },
@@ -299,7 +299,7 @@ CREATE TABLE IF NOT EXISTS flow_schedules (
   {
     // The enqueuing code's trace context (W3C traceparent), so that a worker's spans join the
     // agent's trace (docs/tracing.md). NULL when no tracer was active at enqueue.
-    version: 13,
+    version: 10,
     name: 'trace context recorded with the job',
     sql: '',
     columns: [{ table: 'jobs', column: 'trace_parent', type: 'TEXT' }],
