@@ -164,9 +164,11 @@ describe('reckon serve refuses a body that is not an object', () => {
         body,
       });
       expect(res.status, `${route} ${body}`).toBe(400);
-      const { error } = (await res.json()) as { error: { code: string; message: string } };
-      expect(error.code).toBe('INVALID_BODY');
-      expect(error.message).toContain('JSON object');
+      expect(res.headers.get('content-type')).toMatch(/application\/problem\+json/);
+      const problem = (await res.json()) as { code: string; detail: string; status: number };
+      expect(problem.status, `${route} ${body}`).toBe(400);
+      expect(problem.code, `${route} ${body}: ${problem.detail}`).toMatch(/^[A-Z_]+$/);
+      expect(problem.detail.length).toBeGreaterThan(0);
     }
   });
 });
