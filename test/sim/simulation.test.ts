@@ -71,15 +71,18 @@ function sabotagedRun(
  * and fails on the broken one, with the finding that names the broken promise.
  */
 const FOUND_AT: Record<string, { seed: number; finding: RegExp }> = {
-  'marker-after-dispatch': { seed: 25, finding: /effect committed 2 times/ },
-  'new-key-on-retry': { seed: 1, finding: /request key no job has/ },
-  'lookup-before-horizon': { seed: 156, finding: /FAILED but the downstream committed the effect/ },
+  'marker-after-dispatch': { seed: 5, finding: /effect committed 2 times/ },
+  'new-key-on-retry': { seed: 1, finding: /SUCCEEDED but the downstream has 0 effects/ },
   'dedup-ignores-operation': { seed: 1, finding: /dedup across operations/ },
-  'dispatch-fence': { seed: 135, finding: /effect without any dispatch marker/ },
-  'unknown-retry': { seed: 1, finding: /FAILED but the downstream committed the effect/ },
+  'unknown-retry': { seed: 8, finding: /effect committed 2 times/ },
+  'same-key-resend': { seed: 3, finding: /effect committed 2 times/ },
 };
-/** Not found within 300 seeds yet (see docs/simulation.md): the window needs a freeze at the marker. */
-const NOT_FOUND = ['unfenced-outcome'];
+/**
+ * Not found within 300 seeds on this code (see docs/simulation.md): since #33's rule sends an
+ * unproven job to review instead of FAILED, the early lookup and the unfenced marker need a
+ * freeze at the marker that the fault menu does not yet make.
+ */
+const NOT_FOUND = ['lookup-before-horizon', 'dispatch-fence', 'unfenced-outcome'];
 
 describe('the simulator finds the sabotage switches of the broken build', () => {
   it('names every switch', () => {

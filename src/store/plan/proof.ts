@@ -37,12 +37,15 @@ export function provenWithoutEffect(a: AttemptFact): boolean {
 
 /**
  * Does this attempt's failure speak for the request key, and so for every attempt sent with
- * it? A refusal the downstream gave as final (a non-retryable DefiniteFailure: a downstream
- * that deduplicates by key answers a repeat of a done request with its result, not a
- * refusal), a lookup by the key that found it failed or absent, or a person's decision.
+ * it? A refusal the downstream gave as final (a DefiniteFailure with retryable: false: a
+ * downstream that deduplicates by key answers a repeat of a done request with its result, not
+ * a refusal), a lookup by the key that found it failed or absent, or a person's decision.
  */
 export function refusesForKey(a: AttemptFact): boolean {
-  if (a.state === 'FAILED') return a.error?.retryable !== true;
+  // Only a refusal recorded as final (DefiniteFailure with retryable: false) speaks for the
+  // key. A retryable one, a classifier's, or a rate limit's (429: "not now") says nothing of an
+  // earlier request sent with the same key.
+  if (a.state === 'FAILED') return a.error?.retryable === false && a.error.code !== 'RATE_LIMITED';
   if (a.state !== 'UNKNOWN' || (a.resolution !== 'failed' && a.resolution !== 'not_found'))
     return false;
   const source = a.resolutionSource ?? '';
