@@ -662,9 +662,46 @@ describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
 
     it('events are append-only: UPDATE and DELETE behind the store fail', async () => {
       const [r] = await insert(newJob('a'));
+      await store.eventAppendMany({
+        events: [{ jobId: r!.job.id, attemptNo: null, kind: 'note', actor: 'me' }],
+      });
       await expect(rawSql(ts, `UPDATE events SET kind = 'forged'`)).rejects.toThrow(/append-only/);
       await expect(rawSql(ts, `DELETE FROM events`)).rejects.toThrow(/append-only/);
-      expect((await detail(r!.job.id)).events.map((e) => e.kind)).toEqual(['enqueued']);
+      expect((await detail(r!.job.id)).events.map((e) => e.kind)).toEqual(['enqueued', 'note']);
+    });
+
+    it('routine steps are write-once columns, read back as the trail they stand for', async () => {
+      const c = await claimOne('a');
+      const [mark] = await store.attemptDispatchMany({ leases: [leaseOf(c)] });
+      expect(mark?.ok).toBe(true);
+      expect(await store.attemptFinishMany({ finishes: [succeeded(leaseOf(c))] })).toEqual([true]);
+      const d = await detail(c.job.id);
+      expect(d.events.map((e) => [e.kind, e.attemptNo, e.fromState, e.toState, e.actor])).toEqual([
+        ['enqueued', null, null, 'QUEUED', 'test'],
+        ['leased', 1, 'QUEUED', 'LEASED', 'w1'],
+        ['dispatched', 1, null, null, 'w1'],
+        ['attempt-succeeded', 1, 'LEASED', 'SUCCEEDED', 'w1'],
+      ]);
+      expect(d.events[1]!.detail).toEqual({ leaseMs: LEASE_MS });
+      expect(d.events[3]!.detail).toEqual({ attemptState: 'SUCCEEDED' });
+      expect(d.events.map((e) => e.at)).toEqual([
+        d.job.createdAt,
+        d.attempts[0]!.leasedAt,
+        d.attempts[0]!.dispatchedAt,
+        d.attempts[0]!.finishedAt,
+      ]);
+      // No event rows: each step is a column of its row, and none of them can change.
+      for (const sql of [
+        `UPDATE jobs SET enqueue_actor = 'forged'`,
+        `UPDATE attempts SET lease_ms = 1`,
+        `UPDATE attempts SET owner_id = 'forged'`,
+        `UPDATE attempts SET dispatched_at = finished_at`,
+        `UPDATE attempts SET ended_job = 'FAILED'`,
+        `UPDATE attempts SET result_json = '{}'`,
+      ])
+        await expect(rawSql(ts, sql), sql).rejects.toThrow(/write-once/);
+      await expect(rawSql(ts, `DELETE FROM events`)).resolves.toBeUndefined();
+      expect((await detail(c.job.id)).events).toEqual(d.events);
     });
   });
 

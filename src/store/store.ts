@@ -75,6 +75,7 @@ export interface AttemptRecord {
 }
 
 export interface EventRecord {
+  /** Its row's id, in append order; 0 for a routine step read from its row's columns (trail.ts). */
   id: number;
   jobId: string;
   attemptNo: number | null;

@@ -4,13 +4,13 @@
 import type { JobState } from '../../core/states.js';
 import {
   attemptFromRow,
-  eventFromRow,
   jobFromRow,
   statsFromRows,
   type AttemptRow,
   type EventRow,
   type JobRow,
 } from '../rows.js';
+import { detailFromRows } from '../trail.js';
 import type { ExpiredAttempt, JobDetail, JobListParams, JobRecord, StoreStats } from '../store.js';
 import type { PgHandle } from './handle.js';
 
@@ -22,11 +22,7 @@ export async function jobGet(h: PgHandle, p: { id: string }): Promise<JobDetail 
   );
   const row = r.rows[0];
   if (!row) return null;
-  return {
-    job: jobFromRow(row.job),
-    attempts: row.attempts.map(attemptFromRow),
-    events: row.events.map(eventFromRow),
-  };
+  return detailFromRows(row.job, row.attempts, row.events);
 }
 
 export async function jobList(h: PgHandle, p: JobListParams): Promise<JobRecord[]> {

@@ -89,7 +89,11 @@ async function reconcilePg(
   await c.query('BEGIN');
   try {
     await c.query(`SET LOCAL search_path TO ${pg.escapeIdentifier(schema)}`);
-    const last = await c.query<{ t: Date | null }>('SELECT max(at) AS t FROM events');
+    // The last recorded step: an event, or a routine step in its row's columns (invariant 8).
+    const last = await c.query<{ t: Date | null }>(
+      `SELECT max(t) AS t FROM (SELECT max(at) AS t FROM events
+       UNION ALL SELECT max(updated_at) FROM jobs UNION ALL SELECT max(dispatched_at) FROM attempts) s`,
+    );
     const detail = (extra: object) =>
       JSON.stringify({
         ...extra,

@@ -96,7 +96,8 @@ export function writePlan(
   const e = w.attemptEnd;
   if (e && at.attemptRowid !== undefined)
     h.stmt(
-      `UPDATE attempts SET state = ?, finished_at = ?, result_json = ?, error_json = ?, reason = ?
+      `UPDATE attempts SET state = ?, finished_at = ?, result_json = ?, error_json = ?, reason = ?,
+         ended_job = ?
        WHERE rowid = ? AND lease_token = ? AND state = 'LEASED'`,
     ).run(
       e.state,
@@ -104,12 +105,14 @@ export function writePlan(
       e.resultJson,
       e.errorJson,
       e.reason,
+      e.endedJob,
       at.attemptRowid,
       e.leaseToken,
     );
   else if (e)
     h.stmt(
-      `UPDATE attempts SET state = ?, finished_at = ?, result_json = ?, error_json = ?, reason = ?
+      `UPDATE attempts SET state = ?, finished_at = ?, result_json = ?, error_json = ?, reason = ?,
+         ended_job = ?
        WHERE job_id = ? AND attempt_no = ? AND lease_token = ? AND state = 'LEASED'`,
     ).run(
       e.state,
@@ -117,6 +120,7 @@ export function writePlan(
       e.resultJson,
       e.errorJson,
       e.reason,
+      e.endedJob,
       jobId,
       e.attemptNo,
       e.leaseToken,
