@@ -14,7 +14,7 @@ import { openQueue } from '../src/index.js';
 import { startDownstream } from '../src/testkit/downstream.js';
 import { downstreamOperation } from '../src/testkit/operations.js';
 import { waitUntilSettled } from '../src/testkit/verdict.js';
-import { pgUnavailableReason, tempPgStore } from './helpers/stores.js';
+import { PG_REQUIRED, pgUnavailableReason, tempPgStore } from './helpers/stores.js';
 
 const run = promisify(execFile);
 const pgReason = await pgUnavailableReason();
@@ -40,6 +40,14 @@ function reckon(args: string[]): Promise<{ code: number | null; stdout: string; 
     child.on('exit', (code) => done({ code, stdout, stderr }));
   });
 }
+
+// Where PostgreSQL is required (CI), a missing pg_dump fails here instead of skipping the suite.
+describe.runIf(PG_REQUIRED)('PostgreSQL backup tools', () => {
+  it('pg_dump and pg_restore are installed (the PostgreSQL client package)', () => {
+    expect(hasPgDump, 'pg_dump not found: install postgresql-client').toBe(true);
+    expect(spawnSync('pg_restore', ['--version']).status, 'pg_restore not found').toBe(0);
+  });
+});
 
 describe.skipIf(pgReason !== null || !hasPgDump)(
   'PostgreSQL backup: pg_dump -n, pg_restore, work on',

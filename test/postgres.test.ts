@@ -802,9 +802,14 @@ describe.skipIf(pgReason !== null)(
     });
 
     describe('many worker processes', () => {
-      it('four worker processes, 1,500 jobs, SIGKILL at random: each effect at most once, nothing lost', async () => {
+      /** Four worker processes (run without `sabotage`, or a broken build with it), 1,500 jobs, SIGKILLs. */
+      async function fleetUnderKills(sabotage?: string) {
         const t = await pgDatabase();
-        const downstream = await startDownstream();
+        // Deduplicating only what the idempotent operation declares: a lookup or none request
+        // sent twice is two effects here, so a blind resend cannot hide behind the downstream.
+        const downstream = await startDownstream({
+          honourIdempotencyKey: (key) => key.startsWith('idempotent-'),
+        });
         onTestFinished(() => downstream.close());
         const q = await queueOn(t.url);
         const seed = Number(process.env.RECKON_SEED ?? 20260312);
@@ -822,16 +827,21 @@ describe.skipIf(pgReason !== null)(
         const children: WorkerChild[] = [];
         onTestFinished(() => Promise.all(children.map((c) => c.kill())).then(() => undefined));
         const spawnChild = () => {
-          const c = startWorkerChild({
-            storeUrl: t.url,
-            downstreamUrl: downstream.url,
-            concurrency: 8,
-            leaseMs: 1_000,
-            clockSkewToleranceMs: 100,
-            reclaimIntervalMs: 100,
-            reconcileIntervalMs: 100,
-            pollIntervalMs: 50,
-          });
+          const c = startWorkerChild(
+            {
+              storeUrl: t.url,
+              downstreamUrl: downstream.url,
+              concurrency: 8,
+              leaseMs: 1_000,
+              clockSkewToleranceMs: 100,
+              reclaimIntervalMs: 100,
+              reconcileIntervalMs: 100,
+              pollIntervalMs: 50,
+            },
+            sabotage
+              ? { env: { NODE_ENV: 'test', RECKON_UNSAFE_DISABLE_SAFEGUARD: sabotage } }
+              : {},
+          );
           children.push(c);
           return c;
         };
@@ -848,19 +858,29 @@ describe.skipIf(pgReason !== null)(
         }
         expect(kills).toBeGreaterThan(0);
         try {
-          await waitUntilSettled(q, { timeoutMs: 60_000 });
+          await waitUntilSettled(q, { timeoutMs: 120_000 });
         } catch (err) {
           throw new Error(
             `${(err as Error).message} (seed ${seed})\n${children.map((c) => c.stderr).join('\n')}`,
           );
         }
-        const v = await judge(q, downstream, ids);
+        return { v: await judge(q, downstream, ids), ids, seed };
+      }
+
+      it('four worker processes, 1,500 jobs, SIGKILL at random: each effect at most once, nothing lost', async () => {
+        const { v, ids, seed } = await fleetUnderKills();
         expect(v.violations, `seed ${seed}`).toEqual([]);
         expect(v.unsettled).toEqual([]);
         expect(v.duplicates).toEqual([]);
         expect(v.jobs).toBe(ids.length);
         expect(v.byState.SUCCEEDED + v.byState.NEEDS_REVIEW).toBe(ids.length);
-      });
+      }, 180_000);
+
+      it('the same run catches a build that resends every UNKNOWN request with its key', async () => {
+        const { v } = await fleetUnderKills('same-key-resend');
+        expect(v.duplicates.length).toBeGreaterThan(0);
+        expect(v.duplicates.every((d) => !d.key.startsWith('idempotent-'))).toBe(true);
+      }, 180_000);
     });
   },
 );

@@ -24,8 +24,8 @@ async function service(options: DownstreamOptions = {}) {
 }
 
 describe('downstream ledger', () => {
-  it('honours Idempotency-Key: a second request replays the first answer without a second effect', async () => {
-    const { d, client } = await service();
+  it('honours Idempotency-Key when asked: a second request replays the first answer, no second effect', async () => {
+    const { d, client } = await service({ honourIdempotencyKey: true });
     const a = await client.post('k1', { x: 1 }, { idempotencyKey: 'k1' });
     const b = await client.post('k1', { x: 1 }, { idempotencyKey: 'k1' });
     expect(a.status).toBe(200);
@@ -35,8 +35,8 @@ describe('downstream ledger', () => {
     expect(d.duplicates()).toEqual([]);
   });
 
-  it('ignoring the key, the same request twice is two effects, and duplicates() says so', async () => {
-    const { d, client } = await service({ honourIdempotencyKey: false });
+  it('by default the key is not honoured: the same request twice is two effects, and duplicates() says so', async () => {
+    const { d, client } = await service();
     await client.post('k1', {}, { idempotencyKey: 'k1' });
     await client.post('k1', {}, { idempotencyKey: 'k1' });
     expect(d.ledger()).toEqual(new Map([['k1', 2]]));
@@ -88,7 +88,10 @@ describe('downstream ledger', () => {
   });
 
   it('a request with the same key still in progress gets 409, not a second effect', async () => {
-    const { d, client } = await service({ behaviour: () => ({ action: 'ok', delayMs: 100 }) });
+    const { d, client } = await service({
+      honourIdempotencyKey: true,
+      behaviour: () => ({ action: 'ok', delayMs: 100 }),
+    });
     const [a, b] = await Promise.all([
       client.post('k', {}, { idempotencyKey: 'k' }),
       new Promise((r) => setTimeout(r, 20)).then(() =>

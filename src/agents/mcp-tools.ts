@@ -3,9 +3,17 @@
  * where the server allows it, the approval queue (`reckon_approvals`, `reckon_approval_decide`).
  */
 import type { CallToolResult, Tool } from '@modelcontextprotocol/sdk/types.js';
-import { InvalidInput, JobNotFound } from '../core/errors.js';
+import { InvalidInput, JobNotFound, NotAuthorized } from '../core/errors.js';
 import type { JobDetail } from '../store/store.js';
 import type { AgentQueue } from './outcome.js';
+
+/** Who an MCP session authenticated as, as far as these tools need it (see McpPrincipal). */
+interface Caller {
+  name: string;
+  role?: string;
+  tokenId?: string;
+  mayApprove: boolean;
+}
 
 export type ApprovalsMode = 'none' | 'list' | 'decide';
 
@@ -13,7 +21,10 @@ export type ApprovalsMode = 'none' | 'list' | 'decide';
 export type McpQueue = AgentQueue & {
   approvals?: {
     list(): Promise<unknown[]>;
-    decide(jobId: string, d: { approve: boolean; actor: string; note?: string }): Promise<unknown>;
+    decide(
+      jobId: string,
+      d: { approve: boolean; actor: string; note?: string; by?: Record<string, unknown> },
+    ): Promise<unknown>;
   };
 };
 
@@ -24,7 +35,11 @@ export interface OwnTool {
 
 const EVENTS_SHOWN_MAX = 50;
 
-export function jobTools(q: McpQueue, approvals: ApprovalsMode): OwnTool[] {
+export function jobTools(
+  q: McpQueue,
+  approvals: ApprovalsMode,
+  caller: Caller | undefined,
+): OwnTool[] {
   const tools: OwnTool[] = [
     {
       tool: {
@@ -63,7 +78,7 @@ export function jobTools(q: McpQueue, approvals: ApprovalsMode): OwnTool[] {
       tool: {
         name: 'reckon_approval_decide',
         description:
-          'Approve or deny a job awaiting approval. Only on behalf of a person who decided; the decision is recorded with actor "mcp".',
+          'Approve or deny a job awaiting approval, for the person this session authenticated as (an approver token); the decision is recorded with that person as its actor. A model must never call it to approve its own calls.',
         inputSchema: {
           type: 'object',
           properties: {
@@ -77,12 +92,22 @@ export function jobTools(q: McpQueue, approvals: ApprovalsMode): OwnTool[] {
       },
       call: async (args) => {
         const jobId = stringArg(args, 'jobId');
+        if (!caller?.mayApprove)
+          throw new NotAuthorized(
+            'reckon_approval_decide acts only for a person: connect with an approver token (reckon tokens create NAME --role approver) to decide here, or decide in the console or with reckon approvals',
+          );
         if (typeof args.approve !== 'boolean')
           throw new InvalidInput('approve: expected a boolean', '$.approve');
         const note = typeof args.note === 'string' ? args.note : undefined;
         const decided = await api.decide(jobId, {
           approve: args.approve,
-          actor: 'mcp',
+          actor: `mcp:${caller.name}`,
+          by: {
+            principal: caller.name,
+            ...(caller.role !== undefined ? { role: caller.role } : {}),
+            ...(caller.tokenId !== undefined ? { tokenId: caller.tokenId } : {}),
+            via: 'mcp',
+          },
           ...(note !== undefined ? { note } : {}),
         });
         return json({ decided });

@@ -9,6 +9,7 @@ import { registerBackup } from './commands/backup.js';
 import { registerCall } from './commands/call.js';
 import { registerApprovals } from './commands/approvals.js';
 import { registerChaos } from './commands/chaos.js';
+import { registerSim } from './commands/sim.js';
 import { registerDemo } from './commands/demo.js';
 import { registerEnqueue } from './commands/enqueue.js';
 import { registerInit } from './commands/init.js';
@@ -67,6 +68,7 @@ export function buildProgram(): Command {
   registerMcp(program);
   registerDemo(program);
   registerChaos(program);
+  registerSim(program);
   for (const leaf of leaves(program)) leaf.addHelpText('after', `\n${EXIT_SHORT_HELP}`);
   return program;
 }

@@ -25,6 +25,16 @@ export interface Clock {
   clearTimeout(timer: ClockTimer | undefined): void;
   /** Resolves after `ms`; rejects with the signal's reason when it aborts first. */
   sleep(ms: number, signal?: AbortSignal): Promise<void>;
+  /**
+   * A number in [0, 1) for jitter and fresh job ids. Absent: `Math.random` and the uuid
+   * library's own randomness. The simulator gives a seeded one, so that a seed fixes the ids.
+   */
+  random?(): number;
+}
+
+/** `clock.random()`, or `Math.random()` for a clock without one. */
+export function randomOf(clock: Clock): number {
+  return clock.random ? clock.random() : Math.random();
 }
 
 type NodeTimer = ReturnType<typeof globalThis.setTimeout>;

@@ -109,6 +109,13 @@ export class JobNotFound extends ReckonError {
   }
 }
 
+/** The caller is not allowed to do this (its role, or no authenticated person at all). */
+export class NotAuthorized extends ReckonError {
+  constructor(message: string) {
+    super('NOT_AUTHORIZED', message);
+  }
+}
+
 /**
  * A module of operations (the CLI's `--operations`, a chaos run's or a worker child's) that
  * cannot be used: not found, failed to load, exports none, or two different ones share a name.

@@ -19,6 +19,9 @@
  *                                                    outcome to the job anyway (invariant 7)
  *   RECKON_UNSAFE_DISABLE_SAFEGUARD=new-key-on-retry a retry sends a fresh request key
  *                                                    (invariant 6)
+ *   RECKON_UNSAFE_DISABLE_SAFEGUARD=same-key-resend  the reconciler resends every UNKNOWN request
+ *                                                    with its key, as if every downstream
+ *                                                    deduplicated by it (invariant 5)
  *
  * Read once, when this module loads. Honoured only when NODE_ENV=test; anywhere else the variable
  * is ignored with a warning on stderr, so a stray setting can never weaken a real deployment.
@@ -34,6 +37,7 @@ export const SAFEGUARDS = [
   'marker-after-dispatch',
   'unfenced-outcome',
   'new-key-on-retry',
+  'same-key-resend',
 ] as const;
 export type Safeguard = (typeof SAFEGUARDS)[number];
 

@@ -3,8 +3,7 @@
  * worker sees it (monotonic clock, DESIGN §3), the outcome classification (DESIGN §4), and the
  * fenced write of the outcome, or late evidence when the worker was fenced out (invariant 7).
  */
-import { performance } from 'node:perf_hooks';
-import { setTimeout as sleep } from 'node:timers/promises';
+import type { Clock, ClockTimer } from '../core/clock.js';
 import { decideAfterAttempt, type AttemptOutcome } from '../core/decide.js';
 import {
   CallbackFailed,
@@ -45,6 +44,8 @@ export interface AttemptHost {
   readonly leaseMs: number;
   readonly safetyMarginMs: number;
   readonly observer: RuntimeObserver;
+  /** Time and timers (see core/clock.ts). */
+  readonly clock: Clock;
   /** Called with the fenced-out outcome, to keep it as evidence (and maybe resolve UNKNOWN). */
   lateEvidence(
     claimed: ClaimedAttempt,
@@ -86,10 +87,10 @@ export class AttemptRun {
    */
   private abortReason: Error | undefined;
   private controller: AbortController | undefined;
-  private watchdog: NodeJS.Timeout | undefined;
+  private watchdog: ClockTimer | undefined;
   /** Rejects the attempt's wait for execute (armed two seconds after the timeout's abort). */
   private stopWaiting: ((err: Error) => void) | undefined;
-  private hardTimer: NodeJS.Timeout | undefined;
+  private hardTimer: ClockTimer | undefined;
   private dispatchState: 'none' | 'marking' | 'marked' | 'refused' = 'none';
   private markerWrite: Promise<unknown> | undefined;
   private markerWriteFailed = false;
@@ -173,21 +174,22 @@ export class AttemptRun {
   private leaseUsable(): boolean {
     return (
       this.abortReason === undefined &&
-      performance.now() < this.localDeadline - this.host.safetyMarginMs
+      this.host.clock.monotonic() < this.localDeadline - this.host.safetyMarginMs
     );
   }
 
   private armWatchdog(): void {
-    clearTimeout(this.watchdog);
-    const ms = this.localDeadline - this.host.safetyMarginMs - performance.now();
-    this.watchdog = setTimeout(
+    const { clock } = this.host;
+    clock.clearTimeout(this.watchdog);
+    const ms = this.localDeadline - this.host.safetyMarginMs - clock.monotonic();
+    this.watchdog = clock.setTimeout(
       () => {
         if (!this.leaseUsable() && !this.finished)
           this.lost('not renewed before the safety margin');
       },
       Math.max(0, ms),
+      { unref: true },
     );
-    this.watchdog.unref();
   }
 
   /**
@@ -197,18 +199,25 @@ export class AttemptRun {
    */
   async run(onSettled?: () => void): Promise<AttemptEnd> {
     const { job, attempt } = this.claimed;
-    const timeout = setTimeout(() => {
-      this.abort(new AttemptTimeout(this.op.timeoutMs));
-      // Two seconds past the signal give well-behaved code time to settle with a real answer;
-      // then the attempt stops waiting for execute (see raceTimeout).
-      this.hardTimer = setTimeout(() => {
-        if (!this.stopWaiting) return;
-        this.stoppedWaiting = true;
-        this.stopWaiting(new AttemptTimeout(this.op.timeoutMs));
-      }, HARD_TIMEOUT_AFTER_ABORT_MS);
-      this.hardTimer.unref();
-    }, this.op.timeoutMs);
-    timeout.unref();
+    const { clock } = this.host;
+    const timeout = clock.setTimeout(
+      () => {
+        this.abort(new AttemptTimeout(this.op.timeoutMs));
+        // Two seconds past the signal give well-behaved code time to settle with a real answer;
+        // then the attempt stops waiting for execute (see raceTimeout).
+        this.hardTimer = clock.setTimeout(
+          () => {
+            if (!this.stopWaiting) return;
+            this.stoppedWaiting = true;
+            this.stopWaiting(new AttemptTimeout(this.op.timeoutMs));
+          },
+          HARD_TIMEOUT_AFTER_ABORT_MS,
+          { unref: true },
+        );
+      },
+      this.op.timeoutMs,
+      { unref: true },
+    );
     let result: unknown;
     let failure: unknown;
     let ok = false;
@@ -219,8 +228,8 @@ export class AttemptRun {
     } catch (err) {
       failure = err;
     } finally {
-      clearTimeout(timeout);
-      clearTimeout(this.hardTimer);
+      clock.clearTimeout(timeout);
+      clock.clearTimeout(this.hardTimer);
       this.stopWaiting = undefined;
     }
     // A marker write still in flight decides which side of the boundary we are on.
@@ -231,7 +240,7 @@ export class AttemptRun {
       : this.judge(failure);
     const end = await this.record(outcome, ok ? result : undefined, error, attempt.attemptNo);
     this.finished = true;
-    clearTimeout(this.watchdog);
+    clock.clearTimeout(this.watchdog);
     // An answer that came while the outcome was being written is evidence too.
     const late = this.lateAnswer;
     if (late) this.afterAbandoned(late.outcome, late.result, late.error);
@@ -459,7 +468,7 @@ export class AttemptRun {
         );
         if (giveUp) return 'not-recorded';
         this.abandonWake ??= new AbortController();
-        await sleep(delayMs, undefined, { signal: this.abandonWake.signal }).catch(() => undefined);
+        await this.host.clock.sleep(delayMs, this.abandonWake.signal).catch(() => undefined);
         delayMs = Math.min(delayMs * 2, OUTCOME_RETRY_MAX_MS);
       }
     }
@@ -549,7 +558,7 @@ export class AttemptRun {
         operation: job.operation,
         queue: job.queue,
         state: next.to,
-        ageMs: Date.now() - job.createdAt,
+        ageMs: this.host.clock.now() - job.createdAt,
       });
     }
     return { kind: 'finished', outcome, jobState: next.to, result, error };

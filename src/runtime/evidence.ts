@@ -3,6 +3,7 @@
  * but what it learned is kept as an event, and may resolve its UNKNOWN attempt when no later
  * attempt has dispatched.
  */
+import type { Clock } from '../core/clock.js';
 import { decideAfterAttempt, type AttemptOutcome } from '../core/decide.js';
 import type { ErrorInfo } from '../core/errors.js';
 import { encodeResult, type Json } from '../core/json.js';
@@ -12,8 +13,16 @@ import type { JobState } from '../core/states.js';
 import type { ClaimedAttempt, Store } from '../store/store.js';
 import type { RuntimeObserver } from './observer.js';
 
+interface LateEvidenceHost {
+  store: Store;
+  log: Logger;
+  ownerId: string;
+  observer: RuntimeObserver;
+  clock: Clock;
+}
+
 export async function recordLateEvidence(
-  host: { store: Store; log: Logger; ownerId: string; observer: RuntimeObserver },
+  host: LateEvidenceHost,
   claimed: ClaimedAttempt,
   outcome: AttemptOutcome,
   result: unknown,
@@ -63,7 +72,7 @@ const LATE_EVIDENCE_TRIES = 3;
  * unresolved: the job's new state; 'changed' if the job moved meanwhile; 'does-not-apply'.
  */
 async function resolveWithEvidence(
-  host: { store: Store; log: Logger; ownerId: string; observer: RuntimeObserver },
+  host: LateEvidenceHost,
   p: {
     claimed: ClaimedAttempt;
     outcome: AttemptOutcome;
@@ -124,7 +133,7 @@ async function resolveWithEvidence(
     operation: job.operation,
     path: 'late-worker',
     resolution: outcome.state === 'SUCCEEDED' ? 'succeeded' : 'failed',
-    latencyMs: Date.now() - (attempt.finishedAt ?? Date.now()),
+    latencyMs: host.clock.now() - (attempt.finishedAt ?? host.clock.now()),
   });
   return next.to;
 }

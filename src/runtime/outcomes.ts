@@ -11,6 +11,7 @@
  * A wait resolves with a terminal outcome; it rejects with `OutcomePending` when its time runs
  * out or its signal aborts first: the job's state and evidence, never a guess.
  */
+import { randomOf, systemClock, type Clock, type ClockTimer } from '../core/clock.js';
 import {
   InvalidInput,
   JobNotFound,
@@ -61,7 +62,7 @@ interface Waiter {
   settled: boolean;
   /** Its time ran out or its signal aborted: the answer is being read. */
   ending: boolean;
-  timer: NodeJS.Timeout | undefined;
+  timer: ClockTimer | undefined;
   cleanup: () => void;
 }
 
@@ -143,7 +144,7 @@ export class OutcomeWaiters {
   private readonly changed = new Set<string>();
   private all = false;
   private reading = 0;
-  private pollTimer: NodeJS.Timeout | undefined;
+  private pollTimer: ClockTimer | undefined;
   private pollMs = OUTCOME_POLL_MS;
   private closed = false;
   private count = 0;
@@ -155,10 +156,15 @@ export class OutcomeWaiters {
       pollMs?: number;
       /** Told when outstanding waits go up or down (a metrics gauge). */
       onCount?: (delta: 1 | -1) => void;
+      /** Timers of the waits and the poll. Default the real clock. */
+      clock?: Clock;
     },
   ) {
     this.pollMs = o.pollMs ?? OUTCOME_POLL_MS;
+    this.clock = o.clock ?? systemClock;
   }
+
+  private readonly clock: Clock;
 
   /** Outstanding waits (for metrics and tests). */
   get size(): number {
@@ -185,7 +191,7 @@ export class OutcomeWaiters {
       if (timeoutMs === 0) return void this.givingUp(w, 'timeout');
       // Registered before the first read: a change committed in between is not missed.
       this.add(w);
-      w.timer = setTimeout(() => void this.givingUp(w, 'timeout'), timeoutMs);
+      w.timer = this.clock.setTimeout(() => void this.givingUp(w, 'timeout'), timeoutMs);
       if (signal) {
         const onAbort = () => void this.givingUp(w, 'aborted', signal.reason);
         signal.addEventListener('abort', onAbort, { once: true });
@@ -206,7 +212,7 @@ export class OutcomeWaiters {
     w.ending = true;
     // No longer woken; answered from what the journal says now.
     this.remove(w);
-    clearTimeout(w.timer);
+    this.clock.clearTimeout(w.timer);
     w.cleanup();
     let detail: JobDetail | null;
     try {
@@ -237,7 +243,7 @@ export class OutcomeWaiters {
     if (w.settled) return;
     w.settled = true;
     this.remove(w);
-    clearTimeout(w.timer);
+    this.clock.clearTimeout(w.timer);
     w.cleanup();
     if ('outcome' in r) w.resolve(r.outcome);
     else w.reject(r.err);
@@ -261,7 +267,7 @@ export class OutcomeWaiters {
     this.count--;
     this.o.onCount?.(-1);
     if (this.count === 0) {
-      clearTimeout(this.pollTimer);
+      this.clock.clearTimeout(this.pollTimer);
       this.pollTimer = undefined;
     }
   }
@@ -390,12 +396,15 @@ export class OutcomeWaiters {
   private schedulePoll(): void {
     if (this.pollTimer || this.closed || this.count === 0) return;
     const base = this.subscribed ? this.pollMs : (this.o.pollMs ?? OUTCOME_POLL_MS);
-    const ms = base * (0.8 + Math.random() * 0.4);
-    this.pollTimer = setTimeout(() => {
-      this.pollTimer = undefined;
-      void this.poll();
-    }, ms);
-    this.pollTimer.unref();
+    const ms = base * (0.8 + randomOf(this.clock) * 0.4);
+    this.pollTimer = this.clock.setTimeout(
+      () => {
+        this.pollTimer = undefined;
+        void this.poll();
+      },
+      ms,
+      { unref: true },
+    );
   }
 
   private async poll(): Promise<void> {
@@ -414,7 +423,7 @@ export class OutcomeWaiters {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    clearTimeout(this.pollTimer);
+    this.clock.clearTimeout(this.pollTimer);
     for (const set of [...this.waiters.values()])
       for (const w of [...set]) this.settle(w, { err: new QueueClosed(w.jobId) });
     const sub = await this.subscription;

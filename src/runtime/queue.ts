@@ -2,7 +2,6 @@
  * The queue API (DESIGN §5): enqueue, inspect, cancel, review, and make workers.
  */
 import { EventEmitter } from 'node:events';
-import { performance } from 'node:perf_hooks';
 import { v7 as uuidv7 } from 'uuid';
 import {
   InvalidInput,
@@ -11,7 +10,7 @@ import {
   UnknownOperation,
   safeMessage,
 } from '../core/errors.js';
-import { systemClock, type Clock } from '../core/clock.js';
+import { randomOf, systemClock, type Clock } from '../core/clock.js';
 import { encodePayload, fingerprintOf, sha256Hex, type Json } from '../core/json.js';
 import {
   approvalOf,
@@ -93,6 +92,13 @@ export interface JobsQuery {
   beforeId?: string;
 }
 
+/** A job id from the clock's time and randomness (a seeded clock: the same ids every run). */
+function clockUuid(clock: Clock): string {
+  const random = new Uint8Array(16);
+  for (let i = 0; i < 16; i++) random[i] = Math.floor(randomOf(clock) * 256);
+  return uuidv7({ msecs: clock.now(), random });
+}
+
 const QUEUE_RE = /^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$/;
 
 export class Queue {
@@ -134,6 +140,7 @@ export class Queue {
       throw new InvalidInput('outcomePollMs must be an integer from 1 to 3600000 (ms)');
     this.outcomes = new OutcomeWaiters(store, {
       log: this.log,
+      clock: this.clock,
       ...(pollMs !== undefined ? { pollMs } : {}),
       ...(this.observer.callWaiters
         ? { onCount: this.observer.callWaiters.bind(this.observer) }
@@ -265,7 +272,7 @@ export class Queue {
         if (!lease) continue;
         j.leaseTo = lease;
         // Read before the statement is sent: the local deadline is never later than the store's.
-        (offers ??= []).push({ worker, index, sentAt: performance.now() });
+        (offers ??= []).push({ worker, index, sentAt: this.clock.monotonic() });
         return;
       }
     });
@@ -315,7 +322,7 @@ export class Queue {
       ? this.userFingerprint(op, inputJson, what)
       : sha256Hex(inputJson);
     const approval = approvalOf(op, input);
-    const id = uuidv7();
+    const id = this.clock.random ? clockUuid(this.clock) : uuidv7();
     const requestKey = this.requestKeyOf(item, id, what);
     const queue = item.queue ?? 'default';
     if (typeof queue !== 'string' || !QUEUE_RE.test(queue))

@@ -9,6 +9,7 @@ import {
   type LookupVerdict,
   type ReconcileDecision,
 } from '../core/decide.js';
+import type { Clock } from '../core/clock.js';
 import { toErrorInfo } from '../core/errors.js';
 import { encodeResult, type Json } from '../core/json.js';
 import type { Logger, LookupResult, AnyOperation } from '../core/operation.js';
@@ -28,6 +29,7 @@ interface ReconcilerHost {
   readonly store: Store;
   readonly log: Logger;
   readonly observer: RuntimeObserver;
+  readonly clock: Clock;
 }
 
 interface Notifier {
@@ -67,8 +69,10 @@ export class Reconciler {
     const policy = policyOf(job);
     let decision: ReconcileDecision;
     let verdict: LookupVerdict | undefined;
-    let path: string = op.recovery;
-    if (op.recovery === 'lookup') {
+    // Test-only sabotage (core/unsafe.ts, NODE_ENV=test): every UNKNOWN resent with its key.
+    const recovery = DISABLED_SAFEGUARD === 'same-key-resend' ? 'same-key' : op.recovery;
+    let path: string = recovery;
+    if (recovery === 'lookup') {
       if (await this.deferredToHorizon(job, attempt)) return;
       verdict = await this.lookup(op, job.requestKey, job.input, {
         jobId: job.id,
@@ -80,7 +84,7 @@ export class Reconciler {
         backoffMs: op.reconcile.lookupBackoffMs,
         backoffMaxMs: op.reconcile.lookupBackoffMaxMs,
       });
-    } else if (op.recovery === 'same-key') {
+    } else if (recovery === 'same-key') {
       decision = decideSameKeyRetry(attempt.attemptNo, policy);
     } else {
       decision = { next: { to: 'NEEDS_REVIEW' } };
@@ -125,7 +129,8 @@ export class Reconciler {
       t.to === 'NEEDS_REVIEW' ? 'UNKNOWN job needs review' : 'UNKNOWN job reconciled',
     );
     const operation = job.operation;
-    const latencyMs = Date.now() - (attempt.finishedAt ?? attempt.dispatchedAt ?? Date.now());
+    const now = this.host.clock.now();
+    const latencyMs = now - (attempt.finishedAt ?? attempt.dispatchedAt ?? now);
     this.host.observer.reconciled({
       operation,
       path: path === 'same-key' ? 'same-key' : path === 'lookup' ? 'lookup' : 'review',
@@ -185,7 +190,8 @@ export class Reconciler {
     ids: { jobId: string; attemptNo: number },
   ): Promise<LookupVerdict> {
     const ac = new AbortController();
-    const timer = setTimeout(
+    const { clock } = this.host;
+    const timer = clock.setTimeout(
       () => ac.abort(new Error(`lookup timed out after ${op.timeoutMs} ms`)),
       op.timeoutMs,
     );
@@ -207,7 +213,7 @@ export class Reconciler {
     } catch (error) {
       return { kind: 'inconclusive', error };
     } finally {
-      clearTimeout(timer);
+      clock.clearTimeout(timer);
     }
   }
 }

@@ -6,6 +6,7 @@
  */
 import { open, type FileHandle } from 'node:fs/promises';
 import { dirname } from 'node:path';
+import { systemClock, type Clock } from '../core/clock.js';
 import { InvalidInput } from '../core/errors.js';
 import type { Logger } from '../core/operation.js';
 import type { JobDetail, JobPruneResult, PrunableState, Store } from '../store/store.js';
@@ -149,8 +150,6 @@ export function emptyTotals(): PruneTotals {
   return { jobs: { SUCCEEDED: 0, FAILED: 0, CANCELLED: 0 }, attempts: 0, events: 0, batches: 0 };
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
 /**
  * Deletes every matching history, a batch (one transaction) at a time with a pause between, or
  * counts them (`dryRun`). Each batch is archived first when `archive` is given.
@@ -165,6 +164,8 @@ export async function pruneAll(p: {
   archive?: JsonlArchive;
   onBatch?: (totals: PruneTotals) => void;
   signal?: AbortSignal;
+  /** Whose timer the pauses take. Default the real clock. */
+  clock?: Clock;
 }): Promise<PruneTotals> {
   const totals = emptyTotals();
   const base = { states: p.states, olderThanMs: p.olderThanMs, limit: p.batchSize };
@@ -183,7 +184,7 @@ export async function pruneAll(p: {
     totals.batches++;
     p.onBatch?.(totals);
     if (!r.more) break;
-    if (p.pauseMs > 0) await sleep(p.pauseMs);
+    if (p.pauseMs > 0) await (p.clock ?? systemClock).sleep(p.pauseMs);
   }
   return totals;
 }
@@ -194,7 +195,7 @@ export class Retention {
   readonly totals = emptyTotals();
 
   constructor(
-    private readonly host: { readonly store: Store; readonly log: Logger },
+    private readonly host: { readonly store: Store; readonly log: Logger; readonly clock: Clock },
     readonly settings: RetentionSettings,
   ) {}
 
@@ -209,6 +210,7 @@ export class Retention {
         olderThanMs: age,
         batchSize: this.settings.batchSize,
         pauseMs: this.settings.pauseMs,
+        clock: this.host.clock,
         ...(signal ? { signal } : {}),
       });
       addTo(this.totals, { ...t, more: false });

@@ -2,6 +2,7 @@
  * NEEDS_REVIEW: jobs no automatic path can settle. A person reads the evidence and decides;
  * the decision, its actor and note are kept in the journal.
  */
+import type { Clock } from '../core/clock.js';
 import { InvalidInput, JobNotFound, JobStateConflict } from '../core/errors.js';
 import type { Logger } from '../core/operation.js';
 import type { JobState } from '../core/states.js';
@@ -22,6 +23,7 @@ export interface ReviewHost {
   readonly store: Store;
   readonly log: Logger;
   readonly observer: RuntimeObserver;
+  readonly clock: Clock;
   jobs(query: { state: JobState; limit: number; operation?: string }): Promise<JobRecord[]>;
 }
 
@@ -101,7 +103,7 @@ export class Review {
         operation: job.operation,
         path: 'operator',
         resolution: as,
-        latencyMs: Date.now() - (latest.finishedAt ?? Date.now()),
+        latencyMs: this.queue.clock.now() - (latest.finishedAt ?? this.queue.clock.now()),
       });
     }
     const after = await this.queue.store.jobGet({ id: jobId });

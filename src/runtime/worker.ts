@@ -8,7 +8,6 @@
  */
 import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
-import { performance } from 'node:perf_hooks';
 import { randomBytes } from 'node:crypto';
 import type { Clock } from '../core/clock.js';
 import { CallbackFailed, toErrorInfo, type ErrorInfo } from '../core/errors.js';
@@ -61,6 +60,7 @@ export class Worker extends EventEmitter implements AttemptHost {
   readonly faults: Faults;
   readonly log: Logger;
   readonly observer: RuntimeObserver;
+  readonly clock: Clock;
   readonly reclaimer: Reclaimer;
   readonly reconciler: Reconciler;
   /** The retention loop, or null when retention is off. */
@@ -130,6 +130,7 @@ export class Worker extends EventEmitter implements AttemptHost {
     this.faults = queue.faults;
     this.log = queue.log;
     this.observer = queue.observer;
+    this.clock = queue.clock;
     for (const op of options.operations) this.ops.set(op.name, op);
     this.reclaimer = new Reclaimer(
       queue,
@@ -242,12 +243,12 @@ export class Worker extends EventEmitter implements AttemptHost {
     await this.loops[0];
     await this.handOffsIdle?.promise;
     const drained = Promise.all([...this.inFlight.values()].map((f) => f.done));
-    const timer = setTimeout(() => {
+    const timer = this.clock.setTimeout(() => {
       for (const { run } of this.inFlight.values())
         run.abandon(new Error('worker stopping: shutdownTimeoutMs passed'));
     }, this.settings.shutdownTimeoutMs);
     await drained;
-    clearTimeout(timer);
+    this.clock.clearTimeout(timer);
     this.running = false;
     this.drainedSignal.abort();
     await Promise.all(this.loops);
@@ -294,12 +295,12 @@ export class Worker extends EventEmitter implements AttemptHost {
     if (stop.aborted) return Promise.resolve();
     return new Promise<void>((resolve) => {
       const done = (): void => {
-        clearTimeout(timer);
+        this.clock.clearTimeout(timer);
         stop.removeEventListener('abort', done);
         if (this.wake === done) this.wake = undefined;
         resolve();
       };
-      const timer = setTimeout(done, ms);
+      const timer = this.clock.setTimeout(done, ms);
       stop.addEventListener('abort', done, { once: true });
       if (wakeable) this.wake = done;
     });
@@ -375,7 +376,7 @@ export class Worker extends EventEmitter implements AttemptHost {
     if (prefetch > 0 && this.waiting.length > prefetch / 2) return false;
     const limit = Math.min(free, claimBatchMax);
     // Started before the claim is sent, so the local deadline is never later than the store's.
-    const sentAt = performance.now();
+    const sentAt = this.clock.monotonic();
     this.faults.hit('before-attempt-commit');
     const claimed = await this.store.attemptClaimMany({
       ownerId: this.ownerId,
@@ -510,7 +511,7 @@ export class Worker extends EventEmitter implements AttemptHost {
   private async heartbeatOnce(): Promise<void> {
     const runs = [...this.inFlight.values()].map((f) => f.run).filter((r) => !r.done);
     if (runs.length === 0) return;
-    const sentAt = performance.now();
+    const sentAt = this.clock.monotonic();
     const results = await this.store.attemptHeartbeatMany({
       leases: runs.map((r) => r.lease),
       leaseMs: this.settings.leaseMs,

@@ -55,7 +55,12 @@ export interface RequestInfo {
 export type BehaviourPolicy = (req: RequestInfo) => Behaviour;
 
 export interface DownstreamOptions {
-  /** A second request with the same Idempotency-Key replays the first answer, without a new effect. Default true. */
+  /**
+   * A second request with the same Idempotency-Key replays the first answer, without a new
+   * effect: true, or for the keys this accepts. Default false: every request that arrives is
+   * acted on, so a resent request is a second effect the ledger counts (a test asks for a
+   * deduplicating downstream only where the operation declares `idempotentWithKey`).
+   */
   honourIdempotencyKey?: boolean | ((key: string) => boolean);
   /** Serve `GET /effects/:key`. Default true. */
   lookup?: boolean;
@@ -274,7 +279,7 @@ export class Downstream {
   }
 
   private honours(key: string): boolean {
-    const h = this.options.honourIdempotencyKey ?? true;
+    const h = this.options.honourIdempotencyKey ?? false;
     return typeof h === 'function' ? h(key) : h;
   }
 

@@ -57,7 +57,8 @@ describe('reckon mcp over stdio', () => {
       properties: { to: { type: 'string', format: 'email' } },
       required: ['to', 'subject', 'body'],
     });
-    expect(send?.annotations).toMatchObject({ destructiveHint: true, idempotentHint: true });
+    // No --scope: the derived key is the session's, which a reconnect does not keep.
+    expect(send?.annotations).toMatchObject({ destructiveHint: true, idempotentHint: false });
     expect(tools.map((t) => t.name)).toContain('reckon_job');
     expect(tools.map((t) => t.name)).not.toContain('reckon_approval_decide');
 
@@ -95,7 +96,37 @@ describe('reckon mcp over stdio', () => {
     expect(a.answer.requestKey).toMatch(/^mcp:run-7:email_send:[0-9a-f]{32}$/);
     expect(a.meta['reckon/key']).toBe(a.answer.requestKey);
     expect(b.answer.jobId).toBe(a.answer.jobId);
+    const send = (await client.listTools()).tools.find((t) => t.name === 'email_send');
+    expect(send?.annotations?.idempotentHint).toBe(true);
+    // A restarted server with the same scope (the host retries after a reconnect): same job.
+    await client.close();
+    client = await connectReckon({
+      store: store.url,
+      args: ['--work', '--scope', 'run-7'],
+      env: mailbox.env,
+    });
+    const c = await sendOneEmail(client);
+    expect(c.answer.jobId).toBe(a.answer.jobId);
     expect(mailbox.messages()).toHaveLength(1);
+  });
+
+  it('refuses --approvals decide over stdio: no authenticated person to decide for', async () => {
+    const child = startChild(
+      [
+        CLI,
+        'mcp',
+        '--operations',
+        OPERATIONS_MODULE,
+        '--store',
+        store.url,
+        '--approvals',
+        'decide',
+      ],
+      {},
+    );
+    const { code } = await child.exited;
+    expect(code).toBe(64);
+    expect(child.stderr.join('')).toMatch(/--approvals decide needs --http/);
   });
 
   it('serves Streamable HTTP on loopback with --http', async () => {

@@ -158,7 +158,7 @@ describe.each(STORE_KINDS)("a fenced-out worker's outcome, on %s", (kind) => {
 async function twoFleets(safeguard?: string): Promise<{
   duplicates: string[];
   early: unknown[];
-  keyReuse: 'conflict' | 'swallowed';
+  keyReuse: 'conflict' | 'swallowed' | 'created';
 }> {
   const root = resolve(import.meta.dirname, '..', '..');
   const child = spawn(

@@ -2,7 +2,7 @@
  * One test per row of DESIGN §7, each with a real worker process killed (or frozen) at the
  * fault point, judged by the effects at the downstream.
  */
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, type TestContext } from 'vitest';
 import { Faults } from '../../src/index.js';
 import { FLAVOURS } from '../../src/testkit/operations.js';
 import { STORE_KINDS } from '../helpers/stores.js';
@@ -239,7 +239,8 @@ describe.each(STORE_KINDS)('DESIGN §7 fault points on %s', (kind) => {
     await rescuer.stop();
   });
 
-  it('reclaimer-startup: reclaimers killed at startup again and again; recovery stays idempotent', async (ctx) => {
+  /** A worker killed mid-run, reclaimers killed at startup, then recovery (`env`: a broken build). */
+  async function reclaimerStorm(ctx: TestContext, env: Record<string, string> = {}) {
     const rig = await Rig.open(ctx, kind, {
       downstream: { behaviour: () => ({ action: 'ok', delayMs: 150 }) },
     });
@@ -249,23 +250,27 @@ describe.each(STORE_KINDS)('DESIGN §7 fault points on %s', (kind) => {
       for (const flavour of FLAVOURS)
         ids.push((await rig.q.enqueue(rig.op(flavour), { n: i }, { key: `${flavour}-${i}` })).id);
     // A worker killed mid-run leaves leases with and without dispatch markers.
-    const first = rig.child({ concurrency: 12 });
+    const first = rig.child({ concurrency: 12 }, env);
     await until('a few requests in flight', () => rig.downstream.stats.requests >= 6);
     await first.kill();
     // Each of these claims a batch and dies as its reclaimer starts: more orphaned leases.
     for (let i = 0; i < 3; i++) {
-      const c = rig.child({ faults: 'reclaimer-startup=kill', concurrency: 3 });
+      const c = rig.child({ faults: 'reclaimer-startup=kill', concurrency: 3 }, env);
       expect(await c.exited).toMatchObject({ signal: 'SIGKILL' });
     }
     // Two recovery-only processes race over the same expired leases and UNKNOWN jobs, then workers finish.
     const recoverers = [
-      rig.child({ queues: ['nothing-here'] }),
-      rig.child({ queues: ['nothing-here'] }),
+      rig.child({ queues: ['nothing-here'] }, env),
+      rig.child({ queues: ['nothing-here'] }, env),
     ];
     await Promise.all(recoverers.map((r) => r.ready));
-    rig.child({ concurrency: 6 });
+    rig.child({ concurrency: 6 }, env);
     await rig.settle(30_000);
-    const v = await rig.verdict(ids);
+    return { rig, ids, v: await rig.verdict(ids) };
+  }
+
+  it('reclaimer-startup: reclaimers killed at startup again and again; recovery stays idempotent', async (ctx) => {
+    const { rig, ids, v } = await reclaimerStorm(ctx);
     expectKeptPromises(v);
     expect(v.byState.SUCCEEDED + v.byState.NEEDS_REVIEW).toBe(ids.length);
     // The kill left requests in flight: each recovery path had work to do.
@@ -279,5 +284,14 @@ describe.each(STORE_KINDS)('DESIGN §7 fault points on %s', (kind) => {
     expect(reclaimer.counts).toEqual({ failedBeforeSend: 0, unknown: 0 });
     const after = await Promise.all(ids.map((id) => rig.job(id)));
     expect(after).toEqual(before);
+  });
+
+  it('reclaimer-startup catches a build that resends every UNKNOWN request with its key', async (ctx) => {
+    const { v } = await reclaimerStorm(ctx, {
+      NODE_ENV: 'test',
+      RECKON_UNSAFE_DISABLE_SAFEGUARD: 'same-key-resend',
+    });
+    expect(v.duplicates.length).toBeGreaterThan(0);
+    expect(v.duplicates.every((d) => !d.key.startsWith('idempotent-'))).toBe(true);
   });
 });

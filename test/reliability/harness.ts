@@ -73,7 +73,12 @@ export class Rig {
 
   static async open(ctx: TestContext, kind: StoreKind, options: RigOptions = {}): Promise<Rig> {
     const store = await storeFor(ctx, kind);
-    const downstream = await startDownstream(options.downstream);
+    // Deduplicating only the keys of the operation that declares it (idempotentWithKey): any
+    // other request sent twice is two effects, which the verdict counts.
+    const downstream = await startDownstream({
+      honourIdempotencyKey: (key) => key.startsWith('idempotent-'),
+      ...options.downstream,
+    });
     const q = await openQueue({ ...(options.queue ?? {}), store: store.url });
     const rig = new Rig(kind, store, q, downstream);
     ctx.onTestFinished(() => rig.close());

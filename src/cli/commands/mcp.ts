@@ -7,6 +7,8 @@ import { Option, type Command } from 'commander';
 import { createLogger, type LoggerOptions } from '../../observe/logger.js';
 import type { Worker } from '../../runtime/worker.js';
 import type { ApprovalsMode, McpQueue } from '../../agents/mcp.js';
+import { MCP_HTTP_DEFAULTS } from '../../agents/mcp-limits.js';
+import { parseAllowedHosts } from '../../server/host-check.js';
 import { UsageError } from '../exit.js';
 import { loadOperations, OPERATIONS_HELP } from '../operations-module.js';
 import { intOption } from '../parse.js';
@@ -16,6 +18,9 @@ interface McpFlags extends StoreFlags {
   operations: string;
   http?: number;
   host: string;
+  allowedHosts?: string;
+  sessionIdleMs: number;
+  sessionsMax: number;
   scope?: string;
   waitMs: number;
   approvals: ApprovalsMode;
@@ -33,8 +38,12 @@ export function registerMcp(program: Command): void {
         '_meta["reckon/key"], or by a key derived from the arguments within --scope (default: ' +
         'the MCP session), and waits up to --wait-ms for the outcome. A pending outcome answers ' +
         'with the job id and state; the reckon_job tool reads it later.\n\n' +
-        'Jobs run on workers (`reckon work`), or in this process with --work. Logs go to ' +
-        'stderr; stdout is the MCP stream.',
+        'Only a durable --scope (or a client key) survives a reconnect or a restart, so only ' +
+        'with --scope do the tools declare idempotentHint. Jobs run on workers (`reckon work`), ' +
+        'or in this process with --work. Logs go to stderr; stdout is the MCP stream.\n\n' +
+        '--http checks the Host and Origin of every request, closes idle sessions and bounds ' +
+        'their number; RECKON_MCP_TOKEN (environment) makes every request carry ' +
+        '`Authorization: Bearer <token>`.',
     )
     .requiredOption('--operations <module>', OPERATIONS_HELP)
     .option(
@@ -42,7 +51,27 @@ export function registerMcp(program: Command): void {
       'serve Streamable HTTP at /mcp on this port (0 = any free port)',
       intOption(0, 65_535),
     )
-    .option('--host <host>', 'address for --http (no auth: keep it on loopback)', '127.0.0.1')
+    .option(
+      '--host <host>',
+      'address for --http; off loopback, set RECKON_MCP_TOKEN so every request needs the token',
+      '127.0.0.1',
+    )
+    .option(
+      '--allowed-hosts <names>',
+      'more Host names --http answers for (comma-separated; * any), besides the bound address, localhost and IPs',
+    )
+    .option(
+      '--session-idle-ms <ms>',
+      'close an --http session after this long without a request',
+      intOption(1_000, 86_400_000),
+      MCP_HTTP_DEFAULTS.sessionIdleMs,
+    )
+    .option(
+      '--sessions-max <n>',
+      'most --http sessions at once (503 past it)',
+      intOption(1, 100_000),
+      MCP_HTTP_DEFAULTS.sessionsMax,
+    )
     .option(
       '--scope <id>',
       'scope of derived keys, e.g. the agent run id (default: the MCP session)',
@@ -54,7 +83,10 @@ export function registerMcp(program: Command): void {
       30_000,
     )
     .addOption(
-      new Option('--approvals <mode>', 'expose the approval queue: list, or decide too')
+      new Option(
+        '--approvals <mode>',
+        'expose the approval queue: list, or decide too (--http only: decisions act for the person an approver token names)',
+      )
         .choices(['none', 'list', 'decide'])
         .default('none'),
     )
@@ -74,6 +106,10 @@ export function registerMcp(program: Command): void {
 }
 
 async function runMcp(flags: McpFlags): Promise<void> {
+  if (flags.approvals === 'decide' && flags.http === undefined)
+    throw new UsageError(
+      '--approvals decide needs --http: a decision acts for an authenticated person, and stdio has none',
+    );
   const mcp = await loadMcp();
   const operations = await loadOperations(flags.operations);
   const logger = createLogger({ level: flags.logLevel });
@@ -97,10 +133,15 @@ async function runMcp(flags: McpFlags): Promise<void> {
       const stdinEnded = new Promise<void>((resolve) => process.stdin.once('end', resolve));
       await Promise.race([closed, stdinEnded, stopSignal()]);
     } else {
+      const token = process.env.RECKON_MCP_TOKEN;
       const endpoint = await mcp.serveHttp(queue, {
         ...options,
         port: flags.http,
         host: flags.host,
+        allowedHosts: parseAllowedHosts(flags.allowedHosts),
+        sessionIdleMs: flags.sessionIdleMs,
+        sessionsMax: flags.sessionsMax,
+        ...(token ? { token } : {}),
       });
       process.stderr.write(`reckon: MCP server at ${endpoint.url}\n`);
       await stopSignal();

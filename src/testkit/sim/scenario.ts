@@ -1,0 +1,167 @@
+/**
+ * What a seed chooses before the run starts: the fleets and their operation tables, the
+ * worker settings, the jobs, and how hard each kind of fault hits. `limit` (from the shrinker)
+ * caps the jobs and turns fault kinds off, so that a failing seed can be made smaller.
+ */
+import type { WorkerSettings } from '../../runtime/settings.js';
+import { SIM_FLAVOURS, type SimFlavour, type SimOperationSettings } from './sim-downstream.js';
+import { mulberry32 } from '../../runtime/faults.js';
+
+/** The fault kinds a seed may switch on; the shrinker switches them off one at a time. */
+export const SIM_FAULTS = [
+  'crash',
+  'freeze',
+  'drop',
+  'slow',
+  'down',
+  'throttle',
+  'refuse',
+  'lookup',
+  'skew',
+  'store',
+  'operators',
+  'retention',
+  'conflicts',
+] as const;
+export type SimFault = (typeof SIM_FAULTS)[number];
+
+export interface SimLimits {
+  /** At most this many jobs (the shrinker lowers it). */
+  jobsMax?: number;
+  /** Fault kinds left out, whatever the seed says. */
+  without?: readonly SimFault[];
+}
+
+export interface SimJob {
+  n: number;
+  key: string;
+  flavour: SimFlavour;
+  /** When its enqueue (or call) is first tried, ms after the start. */
+  atMs: number;
+  /** Enqueued with `q.call` and waited for (ms), or a plain enqueue. */
+  callMs: number | null;
+  /** The caller enqueues the same key again later (an agent's retry): it must get the same job. */
+  repeat: boolean;
+  /** Also enqueued under another operation with the same key: must be refused. */
+  conflict: SimFlavour | null;
+}
+
+export interface SimScenario {
+  fleets: SimFlavour[][];
+  processes: { fleet: number; skewMs: number }[];
+  worker: Partial<WorkerSettings> & { leaseMs: number; clockSkewToleranceMs: number };
+  op: SimOperationSettings;
+  jobs: SimJob[];
+  faults: Set<SimFault>;
+  /** The faults the seed chose, before `limits.without` took any out. */
+  seedFaults: Set<SimFault>;
+  chaosMs: number;
+  storeLatencyMsMax: number;
+  /** Longest freeze that keeps the lookup horizon's promise (see docs/chaos.md on pauses). */
+  freezeMsMax: number;
+  retentionMs: number | null;
+}
+
+/** The scenario's own generator (a different stream from the world's, same seed). */
+class Draw {
+  private readonly random: () => number;
+  constructor(seed: number) {
+    this.random = mulberry32((seed ^ 0x5ce7a410) >>> 0);
+  }
+  int(lo: number, hi: number): number {
+    return lo + Math.floor(this.random() * (hi - lo + 1));
+  }
+  chance(p: number): boolean {
+    return this.random() < p;
+  }
+}
+
+function pick<T>(w: Draw, xs: readonly T[]): T {
+  return xs[w.int(0, xs.length - 1)]!;
+}
+
+/**
+ * The seed's scenario, drawn from a generator of its own (not the world's) and always in the
+ * same order, whatever `limits` leave out: a shrunk run keeps the seed's jobs and faults.
+ */
+export function chooseScenario(seed: number, limits: SimLimits = {}): SimScenario {
+  const w = new Draw(seed);
+  const faults = new Set<SimFault>(SIM_FAULTS.filter(() => w.chance(0.55)));
+  const all = new Set(faults);
+  for (const f of limits.without ?? []) faults.delete(f);
+  const leaseMs = pick(w, [1_000, 1_500, 2_000]);
+  const tol = pick(w, [200, 400]);
+  const op: SimOperationSettings = {
+    timeoutMs: w.int(2, 4) * leaseMs,
+    graceMs: w.int(500, 1_500),
+    maxAttempts: w.int(2, 5),
+    approvalTimeoutMs: w.int(2_000, 15_000),
+  };
+  const storeLatencyMsMax = w.int(1, 30);
+  const fleets: SimFlavour[][] = w.chance(0.35)
+    ? splitFleets(w)
+    : [SIM_FLAVOURS.filter((f) => f !== 'approved' || w.chance(0.7))];
+  const processes = Array.from({ length: w.int(1, 3) }, (_, i) => {
+    const skewMs = w.int(-tol / 2, tol / 2);
+    return { fleet: i % fleets.length, skewMs: faults.has('skew') ? skewMs : 0 };
+  });
+  if (processes.length < fleets.length) processes.push({ fleet: 1, skewMs: 0 });
+  const flavours = [...new Set(fleets.flat())];
+  const chaosMs = w.int(8_000, 25_000);
+  const jobs: SimJob[] = Array.from({ length: w.int(2, 10) }, (_, i) => {
+    const flavour = pick(w, flavours);
+    const atMs = w.int(0, Math.floor(chaosMs * 0.6));
+    const call = w.chance(0.3);
+    const callMs = w.int(500, 20_000);
+    const repeat = w.chance(0.2);
+    const conflict = w.chance(0.3);
+    const other = pick(w, flavours);
+    return {
+      n: i,
+      key: `k${i}`,
+      flavour,
+      atMs,
+      callMs: call ? callMs : null,
+      repeat,
+      conflict: faults.has('conflicts') && conflict ? other : null,
+    };
+  }).slice(0, limits.jobsMax ?? Infinity);
+  const retentionMs = w.int(4_000, 12_000);
+  return {
+    fleets,
+    processes,
+    worker: {
+      leaseMs,
+      clockSkewToleranceMs: tol,
+      concurrency: w.int(1, 4),
+      pollIntervalMs: w.int(100, 1_000),
+      reclaimIntervalMs: w.int(300, 1_500),
+      reconcileIntervalMs: w.int(300, 1_500),
+      prefetch: w.int(0, 1),
+    },
+    op,
+    jobs,
+    faults,
+    chaosMs,
+    storeLatencyMsMax,
+    // Sent after its marker and past its lookup horizon, a request is a limit reckon states, not
+    // a promise it breaks: a freeze stays within timeout + grace, less skew and the legs.
+    freezeMsMax: op.timeoutMs + op.graceMs - tol - 2 * storeLatencyMsMax - 40 - 100,
+    retentionMs: faults.has('retention') ? retentionMs : null,
+    seedFaults: all,
+  };
+}
+
+/** Two fleets with different operation tables; every flavour is served by one of them. */
+function splitFleets(w: Draw): SimFlavour[][] {
+  const a: SimFlavour[] = [];
+  const b: SimFlavour[] = [];
+  for (const f of SIM_FLAVOURS) {
+    const r = w.int(0, 2);
+    if (r !== 1) a.push(f);
+    if (r !== 0) b.push(f);
+  }
+  if (a.length === 0) a.push('lookup');
+  if (b.length === 0) b.push('none');
+  return [a, b];
+}
