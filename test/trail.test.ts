@@ -208,6 +208,35 @@ describe('the trail (invariant 8)', () => {
     expect(eventChainProblem('SUCCEEDED', d.events)).toBeNull();
   });
 
+  it('clocks of different processes disagree: the state chain orders what their times cannot', () => {
+    // The approver's clock runs 40 ms ahead of the claiming worker's.
+    const stored = [
+      ev({ kind: 'enqueued', to_state: 'AWAITING_APPROVAL', at: 100 }),
+      ev({ kind: 'approved', from_state: 'AWAITING_APPROVAL', to_state: 'QUEUED', at: 150 }),
+    ];
+    const d = detailFromRows(
+      jobRow(),
+      [
+        attemptRow({
+          lease_ms: 10,
+          leased_at: 120,
+          dispatched_at: 125,
+          finished_at: 130,
+          ended_job: 'SUCCEEDED',
+        }),
+      ],
+      stored,
+    );
+    expect(d.events.map((e) => e.kind)).toEqual([
+      'enqueued',
+      'approved',
+      'leased',
+      'dispatched',
+      'attempt-succeeded',
+    ]);
+    expect(eventChainProblem('SUCCEEDED', d.events)).toBeNull();
+  });
+
   it('an attempt leased before migration 12 keeps its stored events; its outcome may be a column', () => {
     const stored = [
       ev({ kind: 'enqueued', to_state: 'QUEUED', at: 100 }),

@@ -110,28 +110,38 @@ export function routineSteps(
 }
 
 /**
- * Both lists in order (stored by id, routine steps as `routineSteps` gives them), merged by time.
- * At the same millisecond a routine step goes first when it is the enqueue, or when the stored
- * event belongs to its attempt or a later one: an attempt's lease precedes everything of that
- * attempt, and events of the job as a whole (approval, requeue by a person) precede a new lease.
+ * Both lists in order (stored by id, routine steps as `routineSteps` gives them), merged. Times
+ * alone cannot order them: each step's time is the clock of the process that wrote it, and
+ * processes' clocks differ within the skew tolerance. So the state chain decides first: a step
+ * that changes the job's state goes next only if it starts from the state the trail has reached,
+ * and a stored change of an earlier attempt precedes the routine steps of a later one. Otherwise
+ * the earlier time goes first; at the same millisecond the routine step goes first when it is the
+ * enqueue, or when the stored event belongs to its attempt or a later one.
  */
 export function mergeTrail(stored: EventRecord[], routine: EventRecord[]): EventRecord[] {
   if (routine.length === 0) return stored;
   if (stored.length === 0) return routine;
   const out: EventRecord[] = [];
+  let state: string | null = null;
   let i = 0;
   let k = 0;
   while (i < stored.length && k < routine.length) {
-    const s = stored[i]!;
-    const r = routine[k]!;
-    const first =
-      r.at < s.at ||
-      (r.at === s.at &&
-        (r.kind === 'enqueued' || (s.attemptNo !== null && s.attemptNo >= r.attemptNo!)));
-    if (first) out.push(routine[k++]!);
-    else out.push(stored[i++]!);
+    const e: EventRecord = routineFirst(stored[i]!, routine[k]!, state)
+      ? routine[k++]!
+      : stored[i++]!;
+    if (e.toState !== null) state = e.toState;
+    out.push(e);
   }
   while (i < stored.length) out.push(stored[i++]!);
   while (k < routine.length) out.push(routine[k++]!);
   return out;
+}
+
+function routineFirst(s: EventRecord, r: EventRecord, state: string | null): boolean {
+  if (r.kind === 'enqueued') return true;
+  const fits = (e: EventRecord) => e.toState === null || e.fromState === state;
+  if (fits(r) !== fits(s)) return fits(r);
+  if (s.toState !== null && s.attemptNo !== null && s.attemptNo !== r.attemptNo)
+    return s.attemptNo > r.attemptNo!;
+  return r.at < s.at || (r.at === s.at && s.attemptNo !== null && s.attemptNo >= r.attemptNo!);
 }
