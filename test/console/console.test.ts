@@ -189,6 +189,10 @@ describe.skipIf(missing !== null)(
       const job = await q.enqueue(refund, { amountCents: 50_000 }, { key: 'refund-big-3' });
       const page = await newPage(approver);
       await page.goto(`${served.url}/jobs/${job.id}`);
+      // Live updates paused, so that no refresh redraws the form with the new input before the
+      // click: the decision is the one made on what the page showed.
+      await page.getByRole('button', { name: 'Pause live updates' }).click();
+      await page.waitForSelector('#live-toggle[aria-pressed="true"]');
       // Behind the console's back: the journal's input is no longer what the page shows.
       const db = new Database(ts.url.slice('sqlite:'.length));
       db.prepare('UPDATE jobs SET input_json = ? WHERE id = ?').run(
