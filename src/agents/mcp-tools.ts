@@ -75,55 +75,63 @@ export function jobTools(
     },
     call: async () => json({ awaiting: await api.list() }),
   });
-  if (approvals === 'decide')
-    tools.push({
-      tool: {
-        name: 'reckon_approval_decide',
-        description:
-          'Approve or deny a job awaiting approval, for the person this session authenticated as (an approver token); the decision is recorded with that person as its actor. A model must never call it to approve its own calls.',
-        inputSchema: {
-          type: 'object',
-          properties: {
-            jobId: { type: 'string' },
-            approve: { type: 'boolean' },
-            note: { type: 'string', description: 'why; a denial’s note is what the agent is told' },
-          },
-          required: ['jobId', 'approve'],
-        },
-        annotations: { destructiveHint: true, idempotentHint: false, openWorldHint: false },
-      },
-      call: async (args) => {
-        const jobId = stringArg(args, 'jobId');
-        if (!caller?.mayApprove)
-          throw new NotAuthorized(
-            'reckon_approval_decide acts only for a person: connect with an approver token (reckon tokens create NAME --role approver) to decide here, or decide in the console or with reckon approvals',
-          );
-        if (caller.operations) {
-          const detail = await q.job(jobId);
-          if (!detail) throw new JobNotFound(jobId);
-          if (!caller.operations.includes(detail.job.operation))
-            throw new NotAuthorized(
-              `${caller.name} may decide only on ${caller.operations.join(', ')}, not ${detail.job.operation}`,
-            );
-        }
-        if (typeof args.approve !== 'boolean')
-          throw new InvalidInput('approve: expected a boolean', '$.approve');
-        const note = typeof args.note === 'string' ? args.note : undefined;
-        const decided = await api.decide(jobId, {
-          approve: args.approve,
-          actor: `mcp:${caller.name}`,
-          by: {
-            principal: caller.name,
-            ...(caller.role !== undefined ? { role: caller.role } : {}),
-            ...(caller.tokenId !== undefined ? { tokenId: caller.tokenId } : {}),
-            via: 'mcp',
-          },
-          ...(note !== undefined ? { note } : {}),
-        });
-        return json({ decided });
-      },
-    });
+  if (approvals === 'decide') tools.push(decideTool(q, api, caller));
   return tools;
+}
+
+/** `reckon_approval_decide`: only for a person the session authenticated as an approver. */
+function decideTool(
+  q: McpQueue,
+  api: NonNullable<McpQueue['approvals']>,
+  caller: Caller | undefined,
+): OwnTool {
+  return {
+    tool: {
+      name: 'reckon_approval_decide',
+      description:
+        'Approve or deny a job awaiting approval, for the person this session authenticated as (an approver token); the decision is recorded with that person as its actor. A model must never call it to approve its own calls.',
+      inputSchema: {
+        type: 'object',
+        properties: {
+          jobId: { type: 'string' },
+          approve: { type: 'boolean' },
+          note: { type: 'string', description: 'why; a denial’s note is what the agent is told' },
+        },
+        required: ['jobId', 'approve'],
+      },
+      annotations: { destructiveHint: true, idempotentHint: false, openWorldHint: false },
+    },
+    call: async (args) => {
+      const jobId = stringArg(args, 'jobId');
+      if (!caller?.mayApprove)
+        throw new NotAuthorized(
+          'reckon_approval_decide acts only for a person: connect with an approver token (reckon tokens create NAME --role approver) to decide here, or decide in the console or with reckon approvals',
+        );
+      if (caller.operations) {
+        const detail = await q.job(jobId);
+        if (!detail) throw new JobNotFound(jobId);
+        if (!caller.operations.includes(detail.job.operation))
+          throw new NotAuthorized(
+            `${caller.name} may decide only on ${caller.operations.join(', ')}, not ${detail.job.operation}`,
+          );
+      }
+      if (typeof args.approve !== 'boolean')
+        throw new InvalidInput('approve: expected a boolean', '$.approve');
+      const note = typeof args.note === 'string' ? args.note : undefined;
+      const decided = await api.decide(jobId, {
+        approve: args.approve,
+        actor: `mcp:${caller.name}`,
+        by: {
+          principal: caller.name,
+          ...(caller.role !== undefined ? { role: caller.role } : {}),
+          ...(caller.tokenId !== undefined ? { tokenId: caller.tokenId } : {}),
+          via: 'mcp',
+        },
+        ...(note !== undefined ? { note } : {}),
+      });
+      return json({ decided });
+    },
+  };
 }
 
 function jobView({ job, attempts, events }: JobDetail): Record<string, unknown> {
