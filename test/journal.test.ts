@@ -919,15 +919,17 @@ describe.each(KINDS)('on %s', (k) => {
         execute: (_i: object, ctx) =>
           ctx.dispatch(async () => {
             effects++;
-            await new Promise((r) => setTimeout(r, 900));
+            await new Promise((r) => setTimeout(r, 3000));
             return 'done';
           }),
       });
+      // The attempt outlasts its lease more than twice; the lease leaves a loaded CI host room
+      // for a late heartbeat without the test meaning less.
       const { q } = await queue();
       const job = await q.enqueue(long, {});
       const w = q.worker({
         operations: [long],
-        leaseMs: 300,
+        leaseMs: 1200,
         pollIntervalMs: 10,
         reclaimIntervalMs: 50,
         clockSkewToleranceMs: 0,
@@ -937,7 +939,7 @@ describe.each(KINDS)('on %s', (k) => {
       // A second worker's reclaimer would take the attempt over if the first stopped heartbeating.
       const other = q.worker({
         operations: [long],
-        leaseMs: 300,
+        leaseMs: 1200,
         pollIntervalMs: 10,
         reclaimIntervalMs: 20,
         clockSkewToleranceMs: 0,
