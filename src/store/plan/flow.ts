@@ -42,9 +42,10 @@ export interface FlowClaimPlan {
  * ms late does not slow the rate down); later than that, the grid restarts at now.
  */
 export function spacedAfter(next: number | undefined, now: number, intervalMs: number): number {
-  // An idle key (nothing stored within a window) starts a new grid: no burst after idling.
-  if (next === undefined) return now + intervalMs;
-  return Math.max(next, now - intervalMs) + intervalMs;
+  // An idle key (nothing stored within a window), or a start a whole interval late or more,
+  // starts a new grid at now: the next start is one interval away, never at now again.
+  if (next === undefined || next <= now - intervalMs) return now + intervalMs;
+  return next + intervalMs;
 }
 
 /** The interval between two starts of one key: whole ms (the window caps any rounding). */
