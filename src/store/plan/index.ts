@@ -34,6 +34,7 @@ export {
 export {
   RESTORE_PRESUMED_REASON,
   restoreMarks,
+  restoreFlowMarks,
   restoredApprovalEvent,
   type RestoreReconcile,
 } from './restore.js';
