@@ -155,17 +155,7 @@ export class Metrics {
       },
     });
     this.approvalGauges();
-    const pauses = { get: () => this.pauses };
-    new Gauge({
-      name: 'reckon_paused',
-      help: 'Queues and operations paused now (1 each, kind queue or operation): no worker claims their jobs.',
-      labelNames: ['kind', 'name'],
-      registers: [r],
-      collect() {
-        this.reset();
-        for (const p of pauses.get() ?? []) this.set({ kind: p.kind, name: p.name }, 1);
-      },
-    });
+    this.pauseGauge();
     new Gauge({
       name: 'reckon_expired_leases',
       help: 'Attempts whose lease has expired but that are not yet reclaimed.',
@@ -173,6 +163,21 @@ export class Metrics {
       collect() {
         const s = stats.get();
         this.set(s?.expiredLeases ?? 0);
+      },
+    });
+  }
+
+  /** Queues and operations paused now (issue #30), read from the store at each scrape. */
+  private pauseGauge(): void {
+    const pauses = { get: () => this.pauses };
+    new Gauge({
+      name: 'reckon_paused',
+      help: 'Queues and operations paused now (1 each, kind queue or operation): no worker claims their jobs.',
+      labelNames: ['kind', 'name'],
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const p of pauses.get() ?? []) this.set({ kind: p.kind, name: p.name }, 1);
       },
     });
   }
