@@ -71,14 +71,15 @@ describe('flow control across processes: a 60-second rate, both stores at once',
           key: `r-${n}`,
         })),
       );
-      const children = [child(), child(), child(), child()];
+      const only = { FLOW_OPS: 'flow.limited' };
+      const children = [child(only), child(only), child(only), child(only)];
       for (const c of children) e(await c.ready).toBe(true);
       await until('the first arrivals', () => ds.hits.length > 0, 30_000);
       const from = ds.hits[0]!.at + WARM_S * 1_000;
       const to = from + RUN_S * 1_000;
       await until('a third of the run', () => Date.now() > from + (to - from) / 3, to);
       await children[1]!.kill();
-      const again = child();
+      const again = child(only);
       e(await again.ready).toBe(true);
       await until('an arrival after the run', () => ds.hits.at(-1)!.at >= to, 60_000 + to - from);
       const perSecond = ds.perSecond(from, to);
