@@ -465,6 +465,46 @@ describe('reckon CLI', () => {
     expect((await reckon(['review', 'list'])).stdout).toContain('nothing to review');
   });
 
+  it('status shows the queues and operations paused, with who paused them and why; --help says so', async () => {
+    await reckonInit();
+    expect((await reckon(['status'])).stdout).not.toContain('paused');
+    await withApi(async (q) => {
+      await q.queues.pause('emails', { actor: 'ops', reason: 'provider outage' });
+      await q.queues.pause('payments.charge', { operation: true, actor: 'ops' });
+    });
+    const human = await reckon(['status']);
+    expect(human.code, human.stderr).toBe(0);
+    expect(human.stdout).toMatch(/^paused \(no worker claims their jobs until resumed\):$/m);
+    expect(human.stdout).toMatch(
+      /│ queue\s+│ emails\s+│ [\d.]+ m?s\s+│ ops\s+│ provider outage\s+│/,
+    );
+    expect(human.stdout).toMatch(
+      /│ operation\s+│ payments\.charge\s+│ [\d.]+ m?s\s+│ ops\s+│ -\s+│/,
+    );
+    const report = json<{
+      paused: { kind: string; name: string; actor: string; reason: string | null }[];
+    }>(await reckon(['status', '--json']));
+    expect(report.paused).toEqual([
+      expect.objectContaining({
+        kind: 'operation',
+        name: 'payments.charge',
+        actor: 'ops',
+        reason: null,
+      }),
+      expect.objectContaining({
+        kind: 'queue',
+        name: 'emails',
+        actor: 'ops',
+        reason: 'provider outage',
+      }),
+    ]);
+    const help = await reckon(['status', '--help']);
+    expect(help.stdout).toMatch(/paused now/);
+    expect(help.stdout).toContain('paused }');
+    await withApi((q) => q.queues.resume('emails'));
+    expect(json<{ paused: unknown[] }>(await reckon(['status', '--json'])).paused).toHaveLength(1);
+  });
+
   it('status reports health and exits 2 when a threshold is crossed', async () => {
     await reckonInit();
     const healthy = await reckon([

@@ -61,6 +61,31 @@ describe('flow plan (pure)', () => {
     expect(plan.retryAt).toBe(5_000);
   });
 
+  it('spaces starts of one key: a start a whole interval late or more restarts the grid after it', () => {
+    const limit = { operation: 'op', rate: { max: 20, perMs: 1_000 }, concurrency: null };
+    const two = [
+      { rateKey: '', concurrencyKey: '' },
+      { rateKey: '', concurrencyKey: '' },
+    ];
+    const counts = (next: number) => ({
+      leased: new Map(),
+      starts: new Map(),
+      holds: new Map([['', next]]),
+    });
+    // Its slot was 30 ms ago: the next is on the old grid, 20 ms from now.
+    const late = planFlowClaim(limit, two, counts(970), 10, 1_000);
+    expect(late.take).toEqual([0]);
+    expect(late.nextStartAt.get('')).toBe(1_020);
+    // Its slot was 50 ms (one interval) or more ago: one start now, the next one interval later,
+    // never two at once.
+    for (const next of [950, 900, 100]) {
+      const plan = planFlowClaim(limit, two, counts(next), 10, 1_000);
+      expect(plan.take).toEqual([0]);
+      expect(plan.nextStartAt.get('')).toBe(1_050);
+      expect(plan.retryAt).toBe(1_050);
+    }
+  });
+
   it('schedules: on-time slots enqueued, missed ones skipped or caught up (bounded)', () => {
     const s = defineSchedule({
       name: 's',

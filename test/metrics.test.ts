@@ -3,7 +3,13 @@
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createStore, defineOperation, openQueue, type Queue } from '../src/index.js';
+import {
+  createStore,
+  defineOperation,
+  defineSchedule,
+  openQueue,
+  type Queue,
+} from '../src/index.js';
 import { Metrics } from '../src/observe/metrics.js';
 import { startMetricsServer } from '../src/server/metrics-server.js';
 import {
@@ -157,6 +163,66 @@ describe('metrics', () => {
     expect(value(text, 'reckon_oldest_queued_age_seconds{queue="default"}')).toBeGreaterThanOrEqual(
       95,
     );
+  });
+
+  it('flow control: jobs held at a limit, their wait, pauses and schedule slots (promtool accepts)', async (ctx) => {
+    const { q, scrape } = await setup();
+    const once = defineOperation({
+      name: 'flow.once-a-minute',
+      rateLimit: { max: 1, perMs: 60_000 },
+      execute: (_i: object, c) => c.dispatch(() => Promise.resolve(1)),
+    });
+    const tick = defineOperation({
+      name: 'flow.tick',
+      execute: (_i: object, c) => c.dispatch(() => Promise.resolve(1)),
+    });
+    await q.enqueueMany(
+      once,
+      [0, 1, 2].map((n) => ({ input: {}, key: `once-${n}` })),
+    );
+    await q.queues.pause('emails', { reason: 'provider outage' });
+    await q.queues.pause('flow.tick', { operation: true });
+    await q.queues.resume('flow.tick', { operation: true });
+    const w = q.worker({
+      operations: [once, tick],
+      schedules: [
+        defineSchedule({ name: 'every-second', cron: '* * * * * *', operation: tick, input: {} }),
+      ],
+      ...fast,
+    });
+    await w.start();
+    cleanups.push(() => w.stop());
+    const hasSlot = (t: string) =>
+      value(t, 'reckon_schedule_slots_total{schedule="every-second",outcome="enqueued"}') >= 1;
+    let text = '';
+    for (const deadline = Date.now() + 10_000; Date.now() < deadline;) {
+      text = await scrape();
+      if (
+        hasSlot(text) &&
+        value(text, 'reckon_flow_wait_seconds_count{operation="flow.once-a-minute"}') === 1
+      )
+        break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(hasSlot(text)).toBe(true);
+    expect(
+      value(text, 'reckon_schedule_lag_seconds_count{schedule="every-second"}'),
+    ).toBeGreaterThanOrEqual(1);
+    // One started; the other two wait for the next minute's slot.
+    expect(value(text, 'reckon_flow_wait_seconds_count{operation="flow.once-a-minute"}')).toBe(1);
+    expect(
+      value(text, 'reckon_flow_held_total{operation="flow.once-a-minute",limit="rate"}'),
+    ).toBeGreaterThanOrEqual(2);
+    expect(value(text, 'reckon_paused{kind="queue",name="emails"}')).toBe(1);
+    expect(text).not.toMatch(/reckon_paused\{kind="operation"/);
+    expect(text).toMatch(/^# HELP reckon_flow_held_total \S/m);
+    const promtool = spawnSync('promtool', ['--version']);
+    if (promtool.error) {
+      if (process.env.CI === 'true')
+        throw new Error('promtool is required in CI (Debian package prometheus)');
+      ctx.skip('promtool not installed (Debian package prometheus)');
+    }
+    execFileSync('promtool', ['check', 'metrics'], { input: text });
   });
 
   it('serves /metrics over HTTP in an exposition that promtool accepts', async (ctx) => {

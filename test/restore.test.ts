@@ -158,6 +158,74 @@ describe.each(STORE_KINDS)('restore of jobs awaiting approval: %s', (kind) => {
   );
 });
 
+describe.each(STORE_KINDS)('restore of flow control: %s', (kind) => {
+  it.skipIf(kind === 'postgres' && (pgReason !== null || !hasPgTools))(
+    'pauses survive; rate windows and holds are cleared; schedules skip the slots the old host may have run',
+    async () => {
+      const sent: string[] = [];
+      const limited = defineOperation({
+        name: 'flow.once-a-minute',
+        rateLimit: { max: 1, perMs: 60_000 },
+        execute: (_input: { n: number }, ctx) =>
+          ctx.dispatch(() => {
+            sent.push(ctx.requestKey);
+            return Promise.resolve({ ok: true });
+          }),
+      });
+      const src = await sourceStore(kind);
+      const qa = await openQueue({ store: src });
+      await qa.queues.pause('emails', { actor: 'ops', reason: 'provider outage' });
+      await qa.queues.pause('payments.charge', { operation: true, actor: 'ops' });
+      // The limit's window is full for a minute, and a downstream asked for an hour's rest.
+      const w = qa.worker({ operations: [limited], pollIntervalMs: 10 });
+      await w.start();
+      const first = await qa.enqueue(limited, { n: 0 }, { key: 'before-backup' });
+      await qa.waitFor(first.id, { timeoutMs: 30_000 });
+      await w.stop();
+      await qa.store.flowBackoff({ operation: limited.name, rateKey: '', delayMs: 3_600_000 });
+      const registered = await qa.store.scheduleRegister({
+        name: 'digest',
+        cron: '* * * * * *',
+        timezone: null,
+        operation: 'digest.send',
+      });
+      const restoredAt = Date.now();
+      const restored = await backupAndRestore(kind, src, () => qa.close());
+
+      const qb = await openQueue({ store: restored.url });
+      cleanup.push(() => qb.close());
+      expect(
+        (await qb.queues.paused()).map(({ kind, name, actor, reason }) => ({
+          kind,
+          name,
+          actor,
+          reason,
+        })),
+      ).toEqual([
+        { kind: 'operation', name: 'payments.charge', actor: 'ops', reason: null },
+        { kind: 'queue', name: 'emails', actor: 'ops', reason: 'provider outage' },
+      ]);
+      const [digest] = await qb.store.scheduleList();
+      expect(digest).toMatchObject({ name: 'digest', cron: '* * * * * *' });
+      expect(digest!.lastSlotAt).toBeGreaterThanOrEqual(restoredAt);
+      expect(digest!.lastSlotAt).toBeGreaterThan(registered.lastSlotAt);
+      // A new job of the limited operation starts at once on the restored store.
+      const next = await qb.enqueue(limited, { n: 1 }, { key: 'after-restore' });
+      const wb = qb.worker({ operations: [limited], pollIntervalMs: 10 });
+      await wb.start();
+      try {
+        await expect(qb.waitFor(next.id, { timeoutMs: 10_000 })).resolves.toMatchObject({
+          state: 'SUCCEEDED',
+        });
+      } finally {
+        await wb.stop();
+      }
+      expect(sent).toEqual(['before-backup', 'after-restore']);
+    },
+    90_000,
+  );
+});
+
 describe.skipIf(pgReason !== null || !hasPgTools)('PostgreSQL restore is one transaction', () => {
   async function dumpOfJobs(): Promise<string> {
     const a = await tempPgStore();

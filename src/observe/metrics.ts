@@ -6,7 +6,7 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { JOB_STATES } from '../core/states.js';
 import type { RuntimeObserver } from '../runtime/observer.js';
-import type { ApprovalStats, Store, StoreStats } from '../store/store.js';
+import type { ApprovalStats, PauseRecord, Store, StoreStats } from '../store/store.js';
 
 /** Seconds: from a fast loopback call to a day-long backlog. */
 const AGE_BUCKETS = [0.005, 0.025, 0.1, 0.5, 1, 5, 15, 60, 300, 1800, 3600, 21600, 86400];
@@ -27,6 +27,7 @@ export class Metrics {
   readonly observer: RuntimeObserver;
   private snapshot: StoreStats | null = null;
   private approvals: ApprovalStats | null = null;
+  private pauses: PauseRecord[] | null = null;
   private store: Store | undefined;
 
   constructor(options: MetricsOptions = {}) {
@@ -46,6 +47,7 @@ export class Metrics {
     const { enqueued, attempts, unknown, leaseExpired, dupes } = jobCounters(r);
     const { reconcileLatency, ageAtDispatch, ageAtCompletion } = jobHistograms(r);
     const { commitSeconds, commitCallers, callWaiters } = processMetrics(r);
+    const flow = flowMetrics(r);
 
     this.observer = {
       callWaiters: (delta) => callWaiters.inc(delta),
@@ -70,6 +72,13 @@ export class Metrics {
           Math.max(0, e.latencyMs) / 1000,
         ),
       duplicatePrevented: (e) => dupes.inc({ operation: e.operation, kind: e.kind }),
+      flowHeld: (e) => flow.held.inc({ operation: e.operation, limit: e.limit }, e.jobs),
+      flowClaimed: (e) => flow.wait.observe({ operation: e.operation }, e.waitMs / 1000),
+      scheduleSlot: (e) => {
+        flow.slots.inc({ schedule: e.schedule, outcome: e.outcome }, e.slots ?? 1);
+        if (e.outcome === 'enqueued')
+          flow.lag.observe({ schedule: e.schedule }, Math.max(0, e.lagMs) / 1000);
+      },
       storeCommit: (e) => {
         const labels = { store: e.store, write: e.write };
         commitSeconds.observe(labels, e.ms / 1000);
@@ -146,6 +155,7 @@ export class Metrics {
       },
     });
     this.approvalGauges();
+    this.pauseGauge();
     new Gauge({
       name: 'reckon_expired_leases',
       help: 'Attempts whose lease has expired but that are not yet reclaimed.',
@@ -153,6 +163,21 @@ export class Metrics {
       collect() {
         const s = stats.get();
         this.set(s?.expiredLeases ?? 0);
+      },
+    });
+  }
+
+  /** Queues and operations paused now (issue #30), read from the store at each scrape. */
+  private pauseGauge(): void {
+    const pauses = { get: () => this.pauses };
+    new Gauge({
+      name: 'reckon_paused',
+      help: 'Queues and operations paused now (1 each, kind queue or operation): no worker claims their jobs.',
+      labelNames: ['kind', 'name'],
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const p of pauses.get() ?? []) this.set({ kind: p.kind, name: p.name }, 1);
       },
     });
   }
@@ -192,9 +217,13 @@ export class Metrics {
 
   /** The exposition in Prometheus text format. */
   async text(): Promise<string> {
-    [this.snapshot, this.approvals] = this.store
-      ? await Promise.all([this.store.statsGet(), this.store.jobApprovalStats()])
-      : [null, null];
+    [this.snapshot, this.approvals, this.pauses] = this.store
+      ? await Promise.all([
+          this.store.statsGet(),
+          this.store.jobApprovalStats(),
+          this.store.pauseList(),
+        ])
+      : [null, null, null];
     return this.registry.metrics();
   }
 
@@ -287,4 +316,35 @@ function processMetrics(r: Registry) {
     registers: [r],
   });
   return { commitSeconds, commitCallers, callWaiters };
+}
+
+/** Flow control (issue #30): what limits hold back, how long limited jobs wait, schedule slots. */
+function flowMetrics(r: Registry) {
+  const held = new Counter({
+    name: 'reckon_flow_held_total',
+    help: 'Due jobs a limited claim of this process passed over because their rate or concurrency limit was reached (counted at each claim that passes one over).',
+    labelNames: ['operation', 'limit'],
+    registers: [r],
+  });
+  const wait = new Histogram({
+    name: 'reckon_flow_wait_seconds',
+    help: 'From a limited job being due to its claim: the time its rate and concurrency limits (and the backlog) held it.',
+    labelNames: ['operation'],
+    buckets: AGE_BUCKETS,
+    registers: [r],
+  });
+  const slots = new Counter({
+    name: 'reckon_schedule_slots_total',
+    help: 'Schedule slots this process judged: enqueued, or skipped as missed while no worker ran.',
+    labelNames: ['schedule', 'outcome'],
+    registers: [r],
+  });
+  const lag = new Histogram({
+    name: 'reckon_schedule_lag_seconds',
+    help: 'From a schedule slot to its enqueue.',
+    labelNames: ['schedule'],
+    buckets: AGE_BUCKETS,
+    registers: [r],
+  });
+  return { held, wait, slots, lag };
 }

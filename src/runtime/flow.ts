@@ -287,7 +287,12 @@ export class ScheduleRunner {
         lagMs: now - slot,
       });
     if (plan.skipped > 0) {
-      this.host.observer.scheduleSlot?.({ schedule: s.name, outcome: 'skipped', lagMs: 0 });
+      this.host.observer.scheduleSlot?.({
+        schedule: s.name,
+        outcome: 'skipped',
+        lagMs: 0,
+        slots: plan.skipped,
+      });
       this.host.log.warn(
         { schedule: s.name, skipped: plan.skipped },
         'schedule slots missed while no worker ticked were skipped',

@@ -46,8 +46,16 @@ export interface RuntimeObserver {
   flowHeld?(e: { operation: string; limit: 'rate' | 'concurrency'; jobs: number }): void;
   /** Optional: a job of a limited operation was claimed `waitMs` after it was due. */
   flowClaimed?(e: { operation: string; waitMs: number }): void;
-  /** Optional: a schedule's slot was enqueued (`lagMs` after its time) or skipped as missed. */
-  scheduleSlot?(e: { schedule: string; outcome: 'enqueued' | 'skipped'; lagMs: number }): void;
+  /**
+   * Optional: a schedule's slot was enqueued (`lagMs` after its time), or `slots` slots were
+   * skipped as missed (`lagMs` 0).
+   */
+  scheduleSlot?(e: {
+    schedule: string;
+    outcome: 'enqueued' | 'skipped';
+    lagMs: number;
+    slots?: number;
+  }): void;
 }
 
 export const noopObserver: RuntimeObserver = {

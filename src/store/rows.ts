@@ -11,6 +11,8 @@ import type {
   EventRecord,
   JobInsert,
   JobRecord,
+  PauseRecord,
+  ScheduleRecord,
   StoreStats,
   TokenRecord,
 } from './store.js';
@@ -353,4 +355,38 @@ export function tokenFromRow(r: TokenRow): TokenRecord {
     expiresAt: toMsOrNull(r.expires_at),
     revokedAt: toMsOrNull(r.revoked_at),
   };
+}
+
+/** A row of flow_schedules (times as epoch ms: SQLite stores them so, PostgreSQL selects them so). */
+export interface ScheduleRow {
+  name: string;
+  cron: string;
+  timezone: string | null;
+  operation: string;
+  last_slot_at: number;
+  updated_at: number;
+}
+
+export function scheduleFromRow(r: ScheduleRow): ScheduleRecord {
+  return {
+    name: r.name,
+    cron: r.cron,
+    timezone: r.timezone,
+    operation: r.operation,
+    lastSlotAt: r.last_slot_at,
+    updatedAt: r.updated_at,
+  };
+}
+
+/** A row of flow_pauses (paused_at as epoch ms). */
+export interface PauseRow {
+  kind: 'queue' | 'operation';
+  name: string;
+  actor: string;
+  reason: string | null;
+  paused_at: number;
+}
+
+export function pauseFromRow(r: PauseRow): PauseRecord {
+  return { kind: r.kind, name: r.name, actor: r.actor, reason: r.reason, pausedAt: r.paused_at };
 }

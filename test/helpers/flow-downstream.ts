@@ -12,6 +12,8 @@ export interface Hit {
   key: string;
   requestKey: string;
   refused: boolean;
+  /** The sending process's pid (`pid` in the query), or ''. */
+  pid: string;
 }
 
 export class FlowDownstream {
@@ -41,16 +43,21 @@ export class FlowDownstream {
 
   private handle(path: string, res: import('node:http').ServerResponse): void {
     const u = new URL(path, 'http://x');
+    if (u.pathname === '/warm') {
+      res.end();
+      return;
+    }
     const key = u.searchParams.get('key') ?? '';
     const requestKey = u.searchParams.get('rk') ?? '';
+    const pid = u.searchParams.get('pid') ?? '';
     const at = Date.now();
     if (at < this.refuseUntil) {
-      this.hits.push({ at, key, requestKey, refused: true });
+      this.hits.push({ at, key, requestKey, refused: true, pid });
       res.writeHead(429, { 'retry-after-ms': String(this.retryAfterMs) });
       res.end();
       return;
     }
-    this.hits.push({ at, key, requestKey, refused: false });
+    this.hits.push({ at, key, requestKey, refused: false, pid });
     const n = (this.inFlight.get(key) ?? 0) + 1;
     this.inFlight.set(key, n);
     this.total++;

@@ -63,6 +63,8 @@ export function registerRestore(program: Command): void {
         '  leased      only LEASED jobs without a marker (no worker claimed after the backup);\n' +
         '              jobs AWAITING_APPROVAL go to review\n' +
         '  none        nothing: the backup was taken with every worker stopped\n' +
+        '\nPauses are kept; rate-limit windows and holds are cleared; schedules skip the slots\n' +
+        'between the backup and the restore (the old host may have run them), except with none.\n' +
         '\nExample:\n  $ reckon restore ./reckon-2026-12-06.db --store sqlite:/srv/new/reckon.db',
     );
   cmd.action(runRestore);

@@ -4,7 +4,7 @@
  */
 import type { Command } from 'commander';
 import { JOB_STATES } from '../../core/states.js';
-import type { ApprovalStats, StoreStats } from '../../store/store.js';
+import type { ApprovalStats, PauseRecord, StoreStats } from '../../store/store.js';
 import { EXIT } from '../exit.js';
 import { formatDuration, formatTime, printJson, println, table } from '../output.js';
 import { intOption } from '../parse.js';
@@ -43,7 +43,9 @@ export function registerStatus(program: Command): void {
       'Shows, per queue, how many jobs are in each state and how long the oldest due job has ' +
         'waited; UNKNOWN and NEEDS_REVIEW jobs by operation; and leases that expired without ' +
         'being reclaimed yet (a sign that no worker is running recovery); and jobs awaiting ' +
-        'approval by operation, with the age of the oldest.\n\n' +
+        'approval by operation, with the age of the oldest; and the queues and operations ' +
+        'paused now (no worker claims their jobs until `reckon queues resume`), with who ' +
+        'paused them, when and why.\n\n' +
         'Each --max-* option adds a check. When a check fails, status lists it and exits with ' +
         'code 2 (1 when the store cannot be read), so that cron, CI or a health check can alert on it.',
     )
@@ -75,19 +77,20 @@ export function registerStatus(program: Command): void {
   addStoreOption(cmd);
   addJsonOption(
     cmd,
-    'print { store, now, healthy, checks, queues, byOperation, expiredLeases, approvals }',
+    'print { store, now, healthy, checks, queues, byOperation, expiredLeases, approvals, paused }',
   );
   cmd.action(runStatus);
 }
 
 async function runStatus(flags: StatusFlags): Promise<void> {
-  const { stats, approvals, schemaVersion } = await withQueue(
+  const { stats, approvals, schemaVersion, paused } = await withQueue(
     flags.store,
     { mustExist: true },
     async (q) => ({
       stats: await q.store.statsGet(),
       approvals: await q.store.jobApprovalStats(),
       schemaVersion: await q.store.schemaVersion(),
+      paused: await q.store.pauseList(),
     }),
   );
   const checks = healthChecks(stats, flags, approvals);
@@ -109,10 +112,12 @@ async function runStatus(flags: StatusFlags): Promise<void> {
       ...o,
       oldestAgeMs: Math.max(0, approvals.now - o.oldestAt),
     })),
+    paused,
   };
   if (flags.json) return printJson(report);
   printStatus(report.store, schemaVersion, stats);
   printApprovals(approvals);
+  printPaused(paused, stats.now);
   printChecks(checks);
   if (!healthy)
     process.stderr.write(
@@ -225,6 +230,24 @@ function printApprovals(approvals: ApprovalStats): void {
         o.operation,
         o.awaiting,
         formatDuration(Math.max(0, approvals.now - o.oldestAt)),
+      ]),
+    ),
+  );
+}
+
+function printPaused(paused: PauseRecord[], now: number): void {
+  if (paused.length === 0) return;
+  println();
+  println('paused (no worker claims their jobs until resumed):');
+  println(
+    table(
+      ['kind', 'name', 'for', 'by', 'reason'],
+      paused.map((p) => [
+        p.kind,
+        p.name,
+        formatDuration(Math.max(0, now - p.pausedAt)),
+        p.actor,
+        p.reason ?? '-',
       ]),
     ),
   );

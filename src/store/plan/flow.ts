@@ -37,14 +37,57 @@ export interface FlowClaimPlan {
 }
 
 /**
+ * Due jobs a limited claim reads per operation: a window past the jobs it wants, so that keys at
+ * their limit (skipped in claim order) leave room for other keys' jobs. Keys known to be at a
+ * limit are filtered out in SQL first, so the window holds jobs that can mostly run.
+ */
+export const FLOW_CANDIDATES_MAX = 512;
+
+/** How many candidates a limited claim that wants `want` jobs reads. */
+export function flowCandidateWindow(want: number): number {
+  return Math.min(FLOW_CANDIDATES_MAX, want * 4 + 16);
+}
+
+/** What one limited operation's part of a claim left behind, and when a slot frees (ms from now). */
+export interface FlowOutcome {
+  heldByRate: number;
+  heldByConcurrency: number;
+  retryInMs: number | null;
+}
+
+/** A plan's outcome, its retry time made relative to the store's now. */
+export function flowOutcome(plan: FlowClaimPlan, now: number): FlowOutcome {
+  return {
+    heldByRate: plan.heldByRate,
+    heldByConcurrency: plan.heldByConcurrency,
+    retryInMs: plan.retryAt === null ? null : Math.max(0, plan.retryAt - now),
+  };
+}
+
+/** Adds one operation's outcome to a limited claim's result: what it held, the earliest retry. */
+export function tallyFlowOutcome(
+  out: {
+    held: { operation: string; rate: number; concurrency: number }[];
+    retryInMs: number | null;
+  },
+  operation: string,
+  o: FlowOutcome,
+): void {
+  out.held.push({ operation, rate: o.heldByRate, concurrency: o.heldByConcurrency });
+  if (o.retryInMs !== null)
+    out.retryInMs = out.retryInMs === null ? o.retryInMs : Math.min(out.retryInMs, o.retryInMs);
+}
+
+/**
  * A key's next start time after a start at `now`: one interval (perMs / max) later on the grid
  * of its earlier starts. A start up to one interval late keeps that grid (a claim that woke a few
  * ms late does not slow the rate down); later than that, the grid restarts at now.
  */
 export function spacedAfter(next: number | undefined, now: number, intervalMs: number): number {
-  // An idle key (nothing stored within a window) starts a new grid: no burst after idling.
-  if (next === undefined) return now + intervalMs;
-  return Math.max(next, now - intervalMs) + intervalMs;
+  // An idle key (nothing stored within a window), or a start a whole interval late or more,
+  // starts a new grid at now: the next start is one interval away, never at now again.
+  if (next === undefined || next <= now - intervalMs) return now + intervalMs;
+  return next + intervalMs;
 }
 
 /** The interval between two starts of one key: whole ms (the window caps any rounding). */

@@ -34,7 +34,17 @@ export {
 export {
   RESTORE_PRESUMED_REASON,
   restoreMarks,
+  restoreFlowMarks,
   restoredApprovalEvent,
   type RestoreReconcile,
 } from './restore.js';
-export { planFlowClaim, type FlowCandidate, type FlowClaimPlan, type FlowCounts } from './flow.js';
+export {
+  flowCandidateWindow,
+  flowOutcome,
+  planFlowClaim,
+  tallyFlowOutcome,
+  type FlowCandidate,
+  type FlowClaimPlan,
+  type FlowCounts,
+  type FlowOutcome,
+} from './flow.js';

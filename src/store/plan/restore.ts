@@ -26,6 +26,20 @@ export function restoreMarks(mode: RestoreReconcile): {
   return { leased: mode !== 'none', queued: mode === 'unfinished', approvals: mode !== 'none' };
 }
 
+/**
+ * What a restore keeps of flow control (issue #30), for both stores:
+ * - pauses are an operator's decision, durable until resumed: kept as the backup has them;
+ * - rate state (starts in the window, holds from a downstream's Retry-After) described the old
+ *   host's recent traffic: cleared, a restored store starts its windows fresh;
+ * - a schedule's last judged slot: the old host may have enqueued (and sent) the slots after the
+ *   backup, which the copy does not hold, so (unless the backup was taken with everything
+ *   stopped) it moves to the restore's time and those slots are skipped, never enqueued again.
+ *   A person who knows they did not run can enqueue them by hand (key `schedule:<name>:<slot>`).
+ */
+export function restoreFlowMarks(mode: RestoreReconcile): { advanceSchedules: boolean } {
+  return { advanceSchedules: mode !== 'none' };
+}
+
 /** The event of an awaiting approval sent to review by a restore (its job goes NEEDS_REVIEW). */
 export function restoredApprovalEvent(p: {
   backupLastEventAt: number | null;

@@ -8,8 +8,23 @@
  * plan choose, lease, record the starts. Two claimers never judge one key at once.
  */
 import type { FlowLimit } from '../../core/flow.js';
-import { jobFromRow, newLeasedAttempt } from '../rows.js';
-import { planFlowClaim, type FlowCandidate, type FlowCounts } from '../plan/index.js';
+import {
+  jobFromRow,
+  newLeasedAttempt,
+  pauseFromRow,
+  scheduleFromRow,
+  type PauseRow,
+  type ScheduleRow,
+} from '../rows.js';
+import {
+  flowCandidateWindow,
+  flowOutcome,
+  planFlowClaim,
+  tallyFlowOutcome,
+  type FlowCandidate,
+  type FlowCounts,
+  type FlowOutcome,
+} from '../plan/index.js';
 import type {
   ClaimedAttempt,
   FlowClaimParams,
@@ -20,9 +35,6 @@ import type {
 import type { Queryable } from './commit.js';
 import type { PgHandle } from './handle.js';
 import type { ClaimRow } from './attempts.js';
-
-/** Due jobs a limited claim reads per operation (see the SQLite store's FLOW_CANDIDATES_MAX). */
-export const FLOW_CANDIDATES_MAX = 512;
 
 interface CandidateRow {
   id: string;
@@ -50,13 +62,7 @@ export async function attemptClaimLimited(
       if (want <= 0) break;
       const one = await claimOne(h, c, schema, queues, limit, want, p);
       out.claimed.push(...one.claimed);
-      out.held.push({
-        operation: limit.operation,
-        rate: one.heldByRate,
-        concurrency: one.heldByConcurrency,
-      });
-      if (one.retryInMs !== null)
-        out.retryInMs = Math.min(out.retryInMs ?? one.retryInMs, one.retryInMs);
+      tallyFlowOutcome(out, limit.operation, one);
     }
     return out;
   });
@@ -72,13 +78,8 @@ async function claimOne(
   limit: FlowLimit,
   want: number,
   p: FlowClaimParams,
-): Promise<{
-  claimed: ClaimedAttempt[];
-  heldByRate: number;
-  heldByConcurrency: number;
-  retryInMs: number | null;
-}> {
-  const window = Math.min(FLOW_CANDIDATES_MAX, want * 4 + 16);
+): Promise<FlowOutcome & { claimed: ClaimedAttempt[] }> {
+  const window = flowCandidateWindow(want);
   const rows = (
     await c.query<CandidateRow>(h.sql.flowCandidates, [
       queues,
@@ -99,15 +100,9 @@ async function claimOne(
     concurrencyKey: r.concurrency_key,
   }));
   const plan = planFlowClaim(limit, candidates, counts, want, now);
-  const retryInMs = plan.retryAt === null ? null : Math.max(0, plan.retryAt - now);
+  const outcome = flowOutcome(plan, now);
   const taken = plan.take.map((i) => mine[i]!);
-  if (taken.length === 0)
-    return {
-      claimed: [],
-      heldByRate: plan.heldByRate,
-      heldByConcurrency: plan.heldByConcurrency,
-      retryInMs,
-    };
+  if (taken.length === 0) return { claimed: [], ...outcome };
   const leased = await c.query<ClaimRow>(h.sql.flowLease, [
     taken.map((r) => r.id),
     [limit.operation],
@@ -135,12 +130,7 @@ async function claimOne(
       }),
     };
   });
-  return {
-    claimed,
-    heldByRate: plan.heldByRate,
-    heldByConcurrency: plan.heldByConcurrency,
-    retryInMs,
-  };
+  return { claimed, ...outcome };
 }
 
 /** The candidates whose keys' advisory locks this claim took (a key another claimer holds: skipped). */
@@ -216,44 +206,8 @@ export async function pauseSet(
 }
 
 export async function pauseList(h: PgHandle): Promise<PauseRecord[]> {
-  const r = await h.db.run(
-    (c) =>
-      c.query<{
-        kind: 'queue' | 'operation';
-        name: string;
-        actor: string;
-        reason: string | null;
-        paused_at: number;
-      }>(h.sql.pauseList),
-    { reads: true },
-  );
-  return r.rows.map((x) => ({
-    kind: x.kind,
-    name: x.name,
-    actor: x.actor,
-    reason: x.reason,
-    pausedAt: x.paused_at,
-  }));
-}
-
-interface ScheduleRow {
-  name: string;
-  cron: string;
-  timezone: string | null;
-  operation: string;
-  last_slot_at: number;
-  updated_at: number;
-}
-
-function scheduleOf(r: ScheduleRow): ScheduleRecord {
-  return {
-    name: r.name,
-    cron: r.cron,
-    timezone: r.timezone,
-    operation: r.operation,
-    lastSlotAt: r.last_slot_at,
-    updatedAt: r.updated_at,
-  };
+  const r = await h.db.run((c) => c.query<PauseRow>(h.sql.pauseList), { reads: true });
+  return r.rows.map(pauseFromRow);
 }
 
 export async function scheduleRegister(
@@ -263,7 +217,7 @@ export async function scheduleRegister(
   const r = await h.db.run((c) =>
     c.query<ScheduleRow>(h.sql.scheduleRegister, [p.name, p.cron, p.timezone, p.operation]),
   );
-  return scheduleOf(r.rows[0]!);
+  return scheduleFromRow(r.rows[0]!);
 }
 
 export async function scheduleAdvance(
@@ -275,5 +229,5 @@ export async function scheduleAdvance(
 
 export async function scheduleList(h: PgHandle): Promise<ScheduleRecord[]> {
   const r = await h.db.run((c) => c.query<ScheduleRow>(h.sql.scheduleList), { reads: true });
-  return r.rows.map(scheduleOf);
+  return r.rows.map(scheduleFromRow);
 }

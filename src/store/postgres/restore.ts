@@ -23,6 +23,7 @@ import { assertAttemptTransition, assertJobTransition } from '../../core/states.
 import {
   RESTORE_PRESUMED_REASON,
   restoredApprovalEvent,
+  restoreFlowMarks,
   restoreMarks,
   type RestoreReconcile,
 } from '../plan/index.js';
@@ -155,6 +156,19 @@ function tool(
   return { child, done, stdout: () => stdout };
 }
 
+/** Flow control after a restore (plan/restore.ts): pauses kept, rate state cleared, schedules on. */
+function flowSql(mode: PgRestoreReconcile): string {
+  return `DO $$ BEGIN
+  -- A dump from before flow control (schema < 9) has none of it: the migration adds it empty.
+  IF to_regclass('flow_schedules') IS NOT NULL THEN
+    DELETE FROM flow_starts;
+    DELETE FROM flow_holds;
+    UPDATE flow_schedules SET last_slot_at = ${NOW}
+      WHERE ${restoreFlowMarks(mode).advanceSchedules} AND last_slot_at < ${NOW};
+  END IF;
+END $$;`;
+}
+
 /**
  * The marking as SQL for psql, inside the restore's transaction: the jobs to mark in a temp
  * table, their attempts ended UNKNOWN (due QUEUED ones leased to "restore" first), awaiting
@@ -223,6 +237,7 @@ SELECT id, NULL, fp, ${lit(approval.kind)}, 'AWAITING_APPROVAL', 'NEEDS_REVIEW',
   (${lit(approval.detailJson!)}::jsonb || jsonb_build_object('backupLastEventAt', ${last},
     'approvalExpiresAt', (extract(epoch FROM x) * 1000)::bigint))::text, ${NOW}
 FROM reckon_restore_review ORDER BY id;
+${flowSql(mode)}
 SELECT ${lit(RESULT_TAG)} || json_build_object(
   'schemaVersion', (SELECT coalesce(max(version), 0) FROM reckon_migrations),
   'jobs', (SELECT coalesce(json_object_agg(state, n), '{}') FROM

@@ -24,6 +24,7 @@ import { assertAttemptTransition, assertJobTransition, JOB_STATES } from '../../
 import {
   RESTORE_PRESUMED_REASON,
   restoredApprovalEvent,
+  restoreFlowMarks,
   restoreMarks,
   type RestoreReconcile,
 } from '../plan/index.js';
@@ -299,7 +300,9 @@ export function restoreSqlite(p: {
     let counts: ReturnType<typeof reconcileRestored>;
     try {
       rdb.pragma('foreign_keys = ON');
-      counts = reconcileRestored(rdb, p.reconcile, (p.now ?? Date.now)());
+      const now = (p.now ?? Date.now)();
+      counts = reconcileRestored(rdb, p.reconcile, now);
+      restoreFlow(rdb, p.reconcile, now);
       rdb.pragma('journal_mode = WAL');
     } finally {
       rdb.close();
@@ -406,6 +409,19 @@ export function reconcileRestored(
     }
   }).immediate();
   return out;
+}
+
+/** Flow control after a restore (plan/restore.ts): pauses kept, rate state cleared, schedules on. */
+function restoreFlow(db: Database.Database, mode: RestoreReconcile, now: number): void {
+  const { advanceSchedules } = restoreFlowMarks(mode);
+  // A backup from before flow control (schema < 9) has none of it: the migration adds it empty.
+  if (!db.prepare(`SELECT 1 FROM sqlite_master WHERE name = 'flow_schedules'`).get()) return;
+  db.transaction(() => {
+    db.prepare('DELETE FROM flow_starts').run();
+    db.prepare('DELETE FROM flow_holds').run();
+    if (advanceSchedules)
+      db.prepare('UPDATE flow_schedules SET last_slot_at = ? WHERE last_slot_at < ?').run(now, now);
+  }).immediate();
 }
 
 /** Every job AWAITING_APPROVAL goes to review with the doubt as its event (plan/restore.ts). */

@@ -4,7 +4,14 @@
  * writes its leases with no other claim in between: no locks beyond the write lock.
  */
 import type { FlowLimit } from '../../core/flow.js';
-import { planFlowClaim, type FlowCandidate, type FlowCounts } from '../plan/index.js';
+import {
+  flowCandidateWindow,
+  flowOutcome,
+  planFlowClaim,
+  tallyFlowOutcome,
+  type FlowCandidate,
+  type FlowCounts,
+} from '../plan/index.js';
 import type {
   ClaimedAttempt,
   FlowClaimParams,
@@ -12,16 +19,10 @@ import type {
   PauseRecord,
   ScheduleRecord,
 } from '../store.js';
+import { pauseFromRow, scheduleFromRow, type PauseRow, type ScheduleRow } from '../rows.js';
 import { leaseRows } from './attempts.js';
 import type { SqliteHandle } from './handle.js';
 import { JOB_COLUMNS, LIMIT_PARAM, inList, type ClaimTuple } from './statements.js';
-
-/**
- * Due jobs a limited claim reads per operation: a window past the jobs it wants, so that keys at
- * their limit (skipped in claim order) leave room for other keys' jobs. Keys known to be at a
- * limit are filtered out in SQL first, so the window holds jobs that can mostly run.
- */
-export const FLOW_CANDIDATES_MAX = 512;
 
 type FlowTuple = [...ClaimTuple, rateKey: string | null, concurrencyKey: string | null];
 
@@ -143,12 +144,11 @@ function claimLimited(h: SqliteHandle, p: FlowClaimParams, write: boolean): Flow
   );
   const result: FlowClaimResult = { claimed: [], retryInMs: null, held: [] };
   if (!open) return result;
-  let retryAt: number | null = null;
   for (const limit of p.limits) {
     const want = p.limit - result.claimed.length;
     if (want <= 0) break;
     if (!open.operations.includes(limit.operation)) continue;
-    const window = Math.min(FLOW_CANDIDATES_MAX, want * 4 + 16);
+    const window = flowCandidateWindow(want);
     const rows = h
       .rawStmt(candidateSql(open.queues.length, limit))
       .all(candidateArgs(open.queues, limit, now, window)) as FlowTuple[];
@@ -157,18 +157,12 @@ function claimLimited(h: SqliteHandle, p: FlowClaimParams, write: boolean): Flow
       concurrencyKey: r[28] ?? '',
     }));
     const plan = planFlowClaim(limit, candidates, countsOf(h, limit, now), want, now);
-    result.held.push({
-      operation: limit.operation,
-      rate: plan.heldByRate,
-      concurrency: plan.heldByConcurrency,
-    });
-    if (plan.retryAt !== null) retryAt = Math.min(retryAt ?? plan.retryAt, plan.retryAt);
+    tallyFlowOutcome(result, limit.operation, flowOutcome(plan, now));
     if (plan.take.length === 0) continue;
     if (!write) return { claimed: [PROBE_HIT], retryInMs: null, held: [] };
     const taken = plan.take.map((i) => rows[i]!);
     result.claimed.push(...lease(h, p, limit, taken, now, plan.nextStartAt));
   }
-  result.retryInMs = retryAt === null ? null : Math.max(0, retryAt - now);
   return result;
 }
 
@@ -248,41 +242,9 @@ export function pauseList(h: SqliteHandle): Promise<PauseRecord[]> {
     (
       h
         .stmt('SELECT kind, name, actor, reason, paused_at FROM flow_pauses ORDER BY kind, name')
-        .all() as {
-        kind: 'queue' | 'operation';
-        name: string;
-        actor: string;
-        reason: string | null;
-        paused_at: number;
-      }[]
-    ).map((r) => ({
-      kind: r.kind,
-      name: r.name,
-      actor: r.actor,
-      reason: r.reason,
-      pausedAt: r.paused_at,
-    })),
+        .all() as PauseRow[]
+    ).map(pauseFromRow),
   );
-}
-
-interface ScheduleRow {
-  name: string;
-  cron: string;
-  timezone: string | null;
-  operation: string;
-  last_slot_at: number;
-  updated_at: number;
-}
-
-function scheduleOf(r: ScheduleRow): ScheduleRecord {
-  return {
-    name: r.name,
-    cron: r.cron,
-    timezone: r.timezone,
-    operation: r.operation,
-    lastSlotAt: r.last_slot_at,
-    updatedAt: r.updated_at,
-  };
 }
 
 export function scheduleRegister(
@@ -302,7 +264,7 @@ export function scheduleRegister(
          RETURNING *`,
       )
       .get(p.name, p.cron, p.timezone, p.operation, now, now) as ScheduleRow;
-    return scheduleOf(row);
+    return scheduleFromRow(row);
   });
 }
 
@@ -321,6 +283,8 @@ export function scheduleAdvance(
 
 export function scheduleList(h: SqliteHandle): Promise<ScheduleRecord[]> {
   return h.read(() =>
-    (h.stmt('SELECT * FROM flow_schedules ORDER BY name').all() as ScheduleRow[]).map(scheduleOf),
+    (h.stmt('SELECT * FROM flow_schedules ORDER BY name').all() as ScheduleRow[]).map(
+      scheduleFromRow,
+    ),
   );
 }
