@@ -2,7 +2,8 @@
  * A load test of `reckon serve` from another process on loopback (issue #28): the store filled
  * with N jobs (default 1,000,000), then for each scenario C concurrent clients for D seconds:
  * the job list, the list filtered by state and operation, a page further down (cursor), a job
- * by id, and approvals (each request approves a different AWAITING_APPROVAL job). Prints
+ * by id, the console's jobs page and its search (a request key, text in the input, state and
+ * operation, text matching nothing: the search's whole window), and approvals (each request approves a different AWAITING_APPROVAL job). Prints
  * throughput and latency percentiles per scenario. Run by hand, not by the test suite:
  *
  *   npm run build && npx tsx bench/server-load.ts --store sqlite:/tmp/load.db [--jobs 1000000]
@@ -155,6 +156,7 @@ async function run(
 
 async function main(): Promise<void> {
   const { someId, approvalIds } = await fill();
+  if (args.has('fill-only')) return;
   const server = await serve();
   const auth = { authorization: `Bearer ${TOKEN}` };
   const get = (path: string) => fetch(server.url + path, { headers: auth });
@@ -168,6 +170,15 @@ async function main(): Promise<void> {
       await run('list by operation', () => get('/api/jobs?operation=payments.charge&limit=50')),
       await run('list page (cursor)', () => get(`/api/jobs?limit=50&before=${cursor}`)),
       await run('job by id', () => get(`/api/jobs/${someId}`)),
+      await run('console jobs page', () => get('/jobs')),
+      await run('search: request key', () =>
+        get(`/jobs?q=${encodeURIComponent(`load:${(Math.random() * JOBS) | 0}`)}`),
+      ),
+      await run('search: text in input', () => get(`/jobs?q=user${(Math.random() * 9) | 0}`)),
+      await run('search: state and operation', () =>
+        get('/jobs?state=QUEUED&operation=crm.update'),
+      ),
+      await run('search: no match (window)', () => get('/jobs?q=no-such-text')),
       await run(
         'approve',
         (i) =>

@@ -23,8 +23,10 @@ import {
   EnqueueBatchBody,
   EnqueueBody,
   JobsQuery,
+  PauseBody,
   ResolveBody,
 } from './schemas.js';
+import { queueControlOf } from './queue-control.js';
 
 type C = Context<AppEnv>;
 
@@ -42,6 +44,7 @@ export function apiRoutes(deps: ApiDeps): Hono<AppEnv> {
   readRoutes(api, deps, allow);
   produceRoutes(api, deps, allow, body);
   decisionRoutes(api, deps, allow, body);
+  flowRoutes(api, deps, allow, body);
   return api;
 }
 
@@ -184,6 +187,28 @@ function decisionRoutes(api: Hono<AppEnv>, deps: ApiDeps, allow: Allow, body: Bo
       by: decisionBy(p),
     });
     return c.json({ job });
+  });
+}
+
+/**
+ * Flow control (`q.queues`): list the queues with their pauses; pause or resume a queue or an
+ * operation (admin: a pause stops every worker's claims of it). The pause records the
+ * authenticated principal.
+ */
+function flowRoutes(api: Hono<AppEnv>, deps: ApiDeps, allow: Allow, body: Body): void {
+  const control = queueControlOf(deps.queue);
+  api.get('/queues', async (c) => {
+    allow(c, 'read');
+    return c.json(await control.list());
+  });
+  api.post('/queues/:name/:act{pause|resume}', async (c) => {
+    allow(c, 'admin');
+    const b = await body(c, PauseBody);
+    const name = c.req.param('name');
+    const act = c.req.param('act') as 'pause' | 'resume';
+    const changed = await control[act](name, c.get('principal'), b);
+    const kind = b.operation ? 'operation' : 'queue';
+    return c.json({ kind, name, paused: act === 'pause', changed });
   });
 }
 

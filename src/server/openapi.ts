@@ -10,9 +10,12 @@ import {
   DecideBody,
   EnqueueBatchBody,
   EnqueueBody,
+  FlowChange,
   Job,
   JobsQuery,
   Outcome,
+  PauseBody,
+  PauseRecord,
   Pending,
   ProblemDetails,
   ResolveBody,
@@ -80,7 +83,7 @@ export function openApiDocument(basePath: string): object {
       securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } },
       schemas: { Problem: schema(ProblemDetails, 'output') },
     },
-    paths: { ...readPaths(), ...writePaths() },
+    paths: { ...readPaths(), ...writePaths(), ...flowPaths() },
   };
 }
 
@@ -178,5 +181,38 @@ function writePaths() {
         responses: { 200: json(z.object({ job: Job })), ...write },
       },
     },
+  };
+}
+
+function flowPaths() {
+  const nameParam = {
+    name: 'name',
+    in: 'path',
+    required: true,
+    schema: { type: 'string' },
+    description: 'A queue, or an operation with { operation: true }',
+  };
+  const change = (summary: string) => ({
+    post: {
+      summary,
+      parameters: [nameParam],
+      requestBody: body(PauseBody),
+      responses: { 200: json(FlowChange), ...write },
+    },
+  });
+  return {
+    '/queues': {
+      get: {
+        summary: 'Queues with their counts and pauses, and every pause in force',
+        responses: {
+          200: json(z.object({ queues: z.array(z.unknown()), pauses: z.array(PauseRecord) })),
+          ...read,
+        },
+      },
+    },
+    '/queues/{name}/pause': change(
+      'Pause a queue or an operation: workers stop claiming its jobs (admin)',
+    ),
+    '/queues/{name}/resume': change('Resume a queue or an operation (admin)'),
   };
 }

@@ -79,6 +79,14 @@ export const CancelBody = z.object({
   reason: z.string().max(10_000).optional(),
 });
 
+export const PauseBody = z.object({
+  operation: z
+    .boolean()
+    .optional()
+    .describe('Pause or resume an operation (its jobs in every queue) rather than a queue'),
+  reason: z.string().max(1_000).optional().describe('Recorded with the pause'),
+});
+
 const name = z.string().min(1).max(200);
 export const JobsQuery = z.object({
   state: z.union([z.enum(JOB_STATES), z.array(z.enum(JOB_STATES))]).optional(),
@@ -118,6 +126,21 @@ export const Job = z
   })
   .loose()
   .describe('A job (inputs and results redacted for a viewer without the inputs grant)');
+
+export const PauseRecord = z.object({
+  kind: z.enum(['queue', 'operation']),
+  name: z.string(),
+  actor: z.string().describe('operator:<principal> over HTTP, cli:<os user> from the CLI'),
+  reason: z.string().nullable(),
+  pausedAt: z.number(),
+});
+
+export const FlowChange = z.object({
+  kind: z.enum(['queue', 'operation']),
+  name: z.string(),
+  paused: z.boolean().describe('Whether it is paused now'),
+  changed: z.boolean().describe('False when it already was'),
+});
 
 export const Outcome = z.object({
   jobId: z.string(),

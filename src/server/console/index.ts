@@ -21,7 +21,7 @@ import { filtersOf, jobsBody } from './pages/jobs.js';
 import { overviewBody } from './pages/overview.js';
 import { reviewBody } from './pages/review.js';
 import { signInBody } from './pages/sign-in.js';
-import { queueControlOf } from './queue-control.js';
+import { queueControlOf } from '../queue-control.js';
 
 /** How many jobs the approvals and review pages show at once (oldest first). */
 export const CONSOLE_LIST_MAX = 200;
@@ -82,14 +82,10 @@ function pageRoutes(app: Hono<AppEnv>, deps: ConsoleDeps): void {
   app.get('/', async (c) => {
     const no = allowed(c, deps, 'read');
     if (no) return no;
-    const control = queueControlOf(q);
-    const [overview, paused] = await Promise.all([
-      q.overview(),
-      control ? control.paused() : new Set<string>(),
-    ]);
+    const [overview, paused] = await Promise.all([q.overview(), queueControlOf(q).paused()]);
     const health = deps.health(overview.stats);
     const view = viewOf(c, deps);
-    const body = overviewBody(view, { overview, health, control, paused, ...flashOf(c) });
+    const body = overviewBody(view, { overview, health, paused, ...flashOf(c) });
     return respond(c, page(view, { title: 'Overview', section: 'overview', body, live: live() }));
   });
   app.get('/jobs', async (c) => {
@@ -176,16 +172,14 @@ export function consoleRoutes(deps: ConsoleDeps, options: ConsoleOptions = {}): 
   app.post('/approvals/decide', (c) => decideApprovals(c, deps, refuseSelf));
   app.post('/review/:id/resolve', (c) => resolveReview(c, deps, c.req.param('id')));
   app.post('/jobs/:id/cancel', (c) => cancelJob(c, deps, c.req.param('id')));
-  app.post('/queues/:name/:act{pause|resume}', (c) => {
-    const control = queueControlOf(deps.queue);
-    if (!control) return c.notFound();
-    return queueFlow(
+  app.post('/queues/:name/:act{pause|resume}', (c) =>
+    queueFlow(
       c,
       deps,
-      control,
+      queueControlOf(deps.queue),
       c.req.param('name'),
       c.req.param('act') as 'pause' | 'resume',
-    );
-  });
+    ),
+  );
   return app;
 }
