@@ -366,6 +366,72 @@ describe.each(STORE_KINDS)('the HTTP app on %s', (kind) => {
     );
   });
 
+  it('an admin pauses and resumes a queue and an operation; the pause records the principal', async () => {
+    const r = await rig(kind);
+    const admin = await r.token('ops-lead', 'admin');
+    const approver = await r.token('dana', 'approver');
+    const viewer = await r.token('vic', 'viewer');
+    await r.q.enqueue(echo, { n: 1 });
+    // Only an admin: a pause stops every worker's claims of the queue.
+    expect((await r.req('/api/queues/default/pause', post({}))).status).toBe(401);
+    const refused = await r.req('/api/queues/default/pause', post({}, approver));
+    expect(refused.status).toBe(403);
+    expect(await refused.json()).toMatchObject({ code: 'FORBIDDEN' });
+    expect(await r.q.queues.paused()).toEqual([]);
+
+    const paused = await r.req(
+      '/api/queues/default/pause',
+      post({ reason: 'maintenance', actor: 'mallory' }, admin),
+    );
+    expect(paused.status).toBe(200);
+    expect(await paused.json()).toEqual({
+      kind: 'queue',
+      name: 'default',
+      paused: true,
+      changed: true,
+    });
+    const again = await r.req('/api/queues/default/pause', post({}, admin));
+    expect(await again.json()).toMatchObject({ paused: true, changed: false });
+    const op = await r.req('/api/queues/test.echo/pause', post({ operation: true }, admin));
+    expect(await op.json()).toMatchObject({ kind: 'operation', name: 'test.echo', changed: true });
+    expect((await r.req('/api/queues/no%20such/pause', post({}, admin))).status).toBe(400);
+
+    // Durable, in the store, with the authenticated principal (the body's actor ignored):
+    // another queue object on the store sees it, and so does a viewer over the API.
+    const other = await openQueue({ store: r.store.url });
+    try {
+      const pauses = await other.queues.paused();
+      expect(pauses.map((p) => [p.kind, p.name, p.actor, p.reason])).toEqual(
+        expect.arrayContaining([
+          ['queue', 'default', 'operator:ops-lead', 'maintenance'],
+          ['operation', 'test.echo', 'operator:ops-lead', null],
+        ]),
+      );
+      expect(pauses).toHaveLength(2);
+      const listed = (await (await r.req('/api/queues', { token: viewer })).json()) as {
+        queues: { name: string; paused: { actor: string } | null; counts: object }[];
+        pauses: unknown[];
+      };
+      expect(listed.pauses).toHaveLength(2);
+      expect(listed.queues.find((q) => q.name === 'default')).toMatchObject({
+        paused: { actor: 'operator:ops-lead' },
+        counts: { QUEUED: 1 },
+      });
+
+      const resumed = await r.req('/api/queues/default/resume', post({}, admin));
+      expect(await resumed.json()).toEqual({
+        kind: 'queue',
+        name: 'default',
+        paused: false,
+        changed: true,
+      });
+      await r.req('/api/queues/test.echo/resume', post({ operation: true }, admin));
+      expect(await other.queues.paused()).toEqual([]);
+    } finally {
+      await other.close();
+    }
+  });
+
   it('serves an OpenAPI 3.1 document made from the request schemas', async () => {
     const r = await rig(kind);
     const doc = (await (await r.req('/api/openapi.json')).json()) as {
@@ -386,6 +452,9 @@ describe.each(STORE_KINDS)('the HTTP app on %s', (kind) => {
         '/call',
         '/approvals/{id}',
         '/review/{id}/resolve',
+        '/queues',
+        '/queues/{name}/pause',
+        '/queues/{name}/resume',
       ]),
     );
     const enqueue = doc.paths['/jobs']!.post!.requestBody!.content['application/json']!.schema;
