@@ -194,9 +194,19 @@ describe.each(STORE_KINDS)('the HTTP app on %s', (kind) => {
     expect(setCookie).toMatch(/Expires=/i);
     expect(setCookie).not.toMatch(/Secure/i); // http: a Secure cookie would not come back
     const cookie = setCookie.split(';')[0]!;
-    expect(
-      (await r.req('/login', { method: 'POST', body: 'token=wrong', headers: form() })).status,
-    ).toBe(401);
+    // A wrong token: the sign-in page again (HTML, 401) saying so, keeping where it was going.
+    const wrong = await r.req('/login', {
+      method: 'POST',
+      body: 'token=wrong&next=%2Fapprovals',
+      headers: form(),
+    });
+    expect(wrong.status).toBe(401);
+    expect(wrong.headers.get('content-type')).toMatch(/^text\/html/);
+    expect(wrong.headers.get('set-cookie')).toBeNull();
+    const page = await wrong.text();
+    expect(page).toContain('That token was not accepted');
+    expect(page).toMatch(/<form method="post" action="\/login">/);
+    expect(page).toContain('name="next" value="/approvals"');
 
     // A page of another site posting with the person's cookie:
     const url = `/api/approvals/${job.id}`;

@@ -38,7 +38,7 @@ export interface ConsoleOptions {
 type C = Context<AppEnv>;
 
 /** A page's response: HTML, never cached (it carries job data). */
-function respond(c: C, body: Html, status: 200 | 400 | 404 = 200) {
+function respond(c: C, body: Html, status: 200 | 400 | 401 | 404 = 200) {
   c.header('cache-control', 'no-store');
   return c.html(body, status);
 }
@@ -141,18 +141,29 @@ function pageRoutes(app: Hono<AppEnv>, deps: ConsoleDeps): void {
   });
 }
 
+/**
+ * The sign-in page: asked for (200), or answering a token the server did not accept (401, with
+ * the error on the page, so that the person can try again).
+ */
+export function signInPage(
+  c: C,
+  deps: ConsoleDeps,
+  d: { next: string; error?: string },
+  status: 200 | 401 = 200,
+): Response | Promise<Response> {
+  const view = viewOf(c, deps);
+  const body = signInBody(view, d);
+  return respond(c, page(view, { title: 'Sign in', section: 'sign-in', body }), status);
+}
+
 export function consoleRoutes(deps: ConsoleDeps, options: ConsoleOptions = {}): Hono<AppEnv> {
   const app = new Hono<AppEnv>();
   const settings = { ...LIVE_DEFAULTS, ...options.live };
   assetRoutes(app);
   app.get('/login', (c) => {
-    const view = viewOf(c, deps);
     const next = c.req.query('next') ?? `${deps.basePath}/`;
-    const body = signInBody(view, {
-      next,
-      ...(c.req.query('error') ? { error: c.req.query('error')! } : {}),
-    });
-    return respond(c, page(view, { title: 'Sign in', section: 'sign-in', body }));
+    const error = c.req.query('error');
+    return signInPage(c, deps, { next, ...(error ? { error } : {}) });
   });
   pageRoutes(app, deps);
   app.get('/live', (c) => {
