@@ -41,10 +41,13 @@ function queueRow(view: View, d: OverviewData, q: Overview['stats']['queues'][nu
   const pause = d.paused.get(q.queue);
   const paused = pause !== undefined;
   const act = paused ? 'resume' : 'pause';
+  // Only an admin pauses (the server refuses anyone else): the column is shown to admins alone.
   const control = can(view.principal, 'admin')
-    ? html`<form method="post" action="${view.base}/queues/${encodeURIComponent(q.queue)}/${act}">
-        ${csrfField(view)}<button>${paused ? 'Resume' : 'Pause'} ${q.queue}</button>
-      </form>`
+    ? html`<td>
+        <form method="post" action="${view.base}/queues/${encodeURIComponent(q.queue)}/${act}">
+          ${csrfField(view)}<button>${paused ? 'Resume' : 'Pause'} ${q.queue}</button>
+        </form>
+      </td>`
     : '';
   return html`<tr>
     <th scope="row">
@@ -53,7 +56,7 @@ function queueRow(view: View, d: OverviewData, q: Overview['stats']['queues'][nu
     </th>
     ${JOB_STATES.map((s) => html`<td class="num">${q.counts[s] ?? 0}</td>`)}
     <td>${q.oldestDueAt === null ? '–' : duration(now - q.oldestDueAt)}</td>
-    <td>${control}</td>
+    ${control}
   </tr>`;
 }
 
@@ -103,7 +106,7 @@ export function overviewBody(view: View, d: OverviewData): Html {
                 <th scope="col">Queue</th>
                 ${JOB_STATES.map((s) => html`<th scope="col" class="num">${s}</th>`)}
                 <th scope="col">Oldest due</th>
-                <th scope="col">Flow</th>
+                ${can(view.principal, 'admin') ? html`<th scope="col">Flow</th>` : ''}
               </tr>
               ${o.stats.queues.map((q) => queueRow(view, d, q))}
             </table>`
