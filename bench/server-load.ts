@@ -170,14 +170,18 @@ async function main(): Promise<void> {
   const auth = { authorization: `Bearer ${TOKEN}` };
   const get = (path: string) => fetch(server.url + path, { headers: auth });
   try {
-    // A page further down the list: the cursor of the 1000th newest job.
-    const page = (await (await get('/api/jobs?limit=1000')).json()) as { jobs: { id: string }[] };
-    const cursor = page.jobs.at(-1)!.id;
+    // A page further down the list: the cursor after the 500 newest jobs.
+    const page = (await (await get('/api/jobs?limit=500')).json()) as { nextBefore: string };
+    const cursor = page.nextBefore;
     const results = [
       await run('list newest 50', () => get('/api/jobs?limit=50')),
       await run('list by state QUEUED', () => get('/api/jobs?state=QUEUED&limit=50')),
       await run('list by operation', () => get('/api/jobs?operation=payments.charge&limit=50')),
       await run('list page (cursor)', () => get(`/api/jobs?limit=50&before=${cursor}`)),
+      await run('api search: request key', () =>
+        get(`/api/jobs?q=${encodeURIComponent(`load:${(Math.random() * JOBS) | 0}`)}`),
+      ),
+      await run('api search: no match (window)', () => get('/api/jobs?q=no-such-text')),
       await run('job by id', () => get(`/api/jobs/${someId}`)),
       await run('console jobs page', () => get('/jobs')),
       await run('search: request key', () =>

@@ -256,10 +256,11 @@ describe.each(STORE_KINDS)('the HTTP app on %s', (kind) => {
       'x"); DELETE FROM events; --',
       "default' UNION SELECT * FROM tokens --",
     ]) {
-      for (const param of ['operation', 'queue']) {
+      for (const param of ['operation', 'queue', 'q']) {
         const res = await r.req(`/api/jobs?${param}=${encodeURIComponent(evil)}`, { token: admin });
         expect([200, 400], `${param}=${evil}`).toContain(res.status);
-        if (res.status === 200) expect(await res.json()).toEqual({ jobs: [] });
+        if (res.status === 200)
+          expect(await res.json()).toEqual({ jobs: [], nextBefore: null, scanStopped: false });
       }
       const state = await r.req(`/api/jobs?state=${encodeURIComponent(evil)}`, { token: admin });
       expect(state.status).toBe(400);
@@ -273,6 +274,41 @@ describe.each(STORE_KINDS)('the HTTP app on %s', (kind) => {
     expect(all.jobs.map((j) => j.id)).toEqual([job.id]);
     expect((await r.q.job(job.id))!.events.length).toBeGreaterThan(0);
     expect((await r.q.store.tokenList({})).map((t) => t.name)).toEqual(['root']);
+  });
+
+  it('searches jobs over the API: by key, text in the input, time; pages by nextBefore', async () => {
+    const r = await rig(kind);
+    const viewer = await r.token('vic', 'viewer', undefined, ['inputs']);
+    const jobs = await r.q.enqueueMany(
+      echo,
+      ['alpha', 'beta', 'gamma'].map((name, i) => ({
+        input: { customer: `cus_${name}` },
+        key: `order-${i}`,
+      })),
+    );
+    const list = async (query: string) => {
+      const res = await r.req(`/api/jobs?${query}`, { token: viewer });
+      expect(res.status, query).toBe(200);
+      return (await res.json()) as {
+        jobs: { id: string; requestKey: string }[];
+        nextBefore: string | null;
+        scanStopped: boolean;
+      };
+    };
+    expect((await list('q=order-1')).jobs.map((j) => j.id)).toEqual([jobs[1]!.id]);
+    expect((await list('q=CUS_GAMMA')).jobs.map((j) => j.requestKey)).toEqual(['order-2']);
+    expect((await list(`q=${jobs[0]!.id}`)).jobs.map((j) => j.requestKey)).toEqual(['order-0']);
+    expect((await list(`from=${Date.now() + 3_600_000}`)).jobs).toEqual([]);
+    const first = await list('limit=2');
+    expect(first.jobs.map((j) => j.requestKey)).toEqual(['order-2', 'order-1']);
+    expect(first).toMatchObject({ nextBefore: jobs[1]!.id, scanStopped: false });
+    const rest = await list(`limit=2&before=${first.nextBefore!}`);
+    expect(rest).toEqual({
+      jobs: [expect.objectContaining({ requestKey: 'order-0' })],
+      nextBefore: null,
+      scanStopped: false,
+    });
+    expect((await r.req('/api/jobs?limit=501', { token: viewer })).status).toBe(400);
   });
 
   it('a 10 MiB body is refused with 413 before it is parsed; so is JSON nested too deep', async () => {

@@ -74,15 +74,24 @@ function readRoutes(api: Hono<AppEnv>, deps: ApiDeps, allow: Allow): void {
   api.get('/jobs', async (c) => {
     allow(c, 'read');
     const q = parse(JobsQuery, queryOf(c, ['state']), 'query');
-    const jobs = await queue.jobs({
+    // The console's bounded search: whatever the filters match, one request reads at most a
+    // window of jobs (see q.search); `scanStopped` says the window ended before the page filled.
+    const page = await queue.search({
       ...(q.state ? { state: q.state } : {}),
       ...(q.queue ? { queue: q.queue } : {}),
       ...(q.operation ? { operation: q.operation } : {}),
-      ...(q.before ? { beforeId: q.before } : {}),
+      ...(q.q ? { text: q.q } : {}),
+      ...(q.from !== undefined ? { from: q.from } : {}),
+      ...(q.to !== undefined ? { to: q.to } : {}),
+      ...(q.before ? { before: q.before } : {}),
       limit: q.limit ?? 100,
     });
     const p = c.get('principal');
-    return c.json({ jobs: jobs.map((j) => redactJob(p, j)) });
+    return c.json({
+      jobs: page.jobs.map((j) => redactJob(p, j)),
+      nextBefore: page.nextBeforeId,
+      scanStopped: page.scanStopped,
+    });
   });
 
   api.get('/jobs/:id', async (c) => {

@@ -12,6 +12,7 @@ import {
   EnqueueBody,
   FlowChange,
   Job,
+  JobsPage,
   JobsQuery,
   Outcome,
   PauseBody,
@@ -97,9 +98,10 @@ function readPaths() {
     },
     '/jobs': {
       get: {
-        summary: 'List jobs, newest first (cursor: before)',
+        summary:
+          'List and search jobs, newest first (cursor: before=nextBefore); one request reads a bounded window',
         parameters: queryParameters(JobsQuery),
-        responses: { 200: json(z.object({ jobs: z.array(Job) })), ...read },
+        responses: { 200: json(JobsPage), ...read },
       },
       post: {
         summary: 'Enqueue one job (producer, admin); a known request key answers its job (200)',

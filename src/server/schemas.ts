@@ -5,6 +5,7 @@
  */
 import { z } from 'zod';
 import { JOB_STATES } from '../core/states.js';
+import { SEARCH_LIMIT_MAX, SEARCH_TEXT_LENGTH_MAX } from '../runtime/search.js';
 
 const key = z
   .string()
@@ -88,17 +89,33 @@ export const PauseBody = z.object({
 });
 
 const name = z.string().min(1).max(200);
+const time = z.coerce
+  .number()
+  .int()
+  .min(0)
+  .optional()
+  .describe('Creation time, ms since the epoch (the time in the job id)');
 export const JobsQuery = z.object({
   state: z.union([z.enum(JOB_STATES), z.array(z.enum(JOB_STATES))]).optional(),
   queue: name.optional(),
   operation: name.optional(),
+  q: z
+    .string()
+    .min(1)
+    .max(SEARCH_TEXT_LENGTH_MAX)
+    .optional()
+    .describe(
+      'A job id, request key, run id or fingerprint (exact), or text in the input or the key',
+    ),
+  from: time,
+  to: time,
   before: z
     .string()
     .min(1)
     .max(100)
     .optional()
-    .describe('Keyset cursor: jobs created before this id'),
-  limit: z.coerce.number().int().min(1).max(1000).optional(),
+    .describe("Keyset cursor: the previous answer's nextBefore"),
+  limit: z.coerce.number().int().min(1).max(SEARCH_LIMIT_MAX).optional(),
 });
 
 export const ApprovalsQuery = z.object({
@@ -126,6 +143,19 @@ export const Job = z
   })
   .loose()
   .describe('A job (inputs and results redacted for a viewer without the inputs grant)');
+
+export const JobsPage = z.object({
+  jobs: z.array(Job),
+  nextBefore: z
+    .string()
+    .nullable()
+    .describe('Pass as before for the next page; null: no more jobs match'),
+  scanStopped: z
+    .boolean()
+    .describe(
+      'The window of jobs one request reads ended before the page filled: older jobs were not searched yet (go on with nextBefore)',
+    ),
+});
 
 export const PauseRecord = z.object({
   kind: z.enum(['queue', 'operation']),
