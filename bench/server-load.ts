@@ -2,7 +2,8 @@
  * A load test of `reckon serve` from another process on loopback (issue #28): the store filled
  * with N jobs (default 1,000,000), then for each scenario C concurrent clients for D seconds:
  * the job list, the list filtered by state and operation, a page further down (cursor), a job
- * by id, and approvals (each request approves a different AWAITING_APPROVAL job). Prints
+ * by id, the console's jobs page and its search (a request key, text in the input, state and
+ * operation, text matching nothing: the search's whole window), and approvals (each request approves a different AWAITING_APPROVAL job). Prints
  * throughput and latency percentiles per scenario. Run by hand, not by the test suite:
  *
  *   npm run build && npx tsx bench/server-load.ts --store sqlite:/tmp/load.db [--jobs 1000000]
@@ -13,8 +14,10 @@
 import { spawn } from 'node:child_process';
 import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
+import pg from 'pg';
 import { defineOperation, openQueue } from '../src/index.js';
 
+const { Client } = pg;
 const ROOT = resolve(import.meta.dirname, '..');
 const args = new Map<string, string>();
 for (let i = 2; i < process.argv.length; i++) {
@@ -62,6 +65,13 @@ async function fill(): Promise<{ someId: string; approvalIds: string[] }> {
         process.stderr.write(
           `filled ${n} jobs (${((performance.now() - started) / 1000).toFixed(0)} s)\n`,
         );
+    }
+    if (have < JOBS && STORE.startsWith('postgres')) {
+      // After a bulk load, as autovacuum would in time: the planner's statistics of the jobs.
+      const pg = new Client({ connectionString: STORE });
+      await pg.connect();
+      await pg.query('ANALYZE');
+      await pg.end();
     }
     let approvals = await q.approvals.list({ limit: 10_000 });
     if (approvals.length < Math.min(APPROVALS, 10_000)) {
@@ -155,19 +165,33 @@ async function run(
 
 async function main(): Promise<void> {
   const { someId, approvalIds } = await fill();
+  if (args.has('fill-only')) return;
   const server = await serve();
   const auth = { authorization: `Bearer ${TOKEN}` };
   const get = (path: string) => fetch(server.url + path, { headers: auth });
   try {
-    // A page further down the list: the cursor of the 1000th newest job.
-    const page = (await (await get('/api/jobs?limit=1000')).json()) as { jobs: { id: string }[] };
-    const cursor = page.jobs.at(-1)!.id;
+    // A page further down the list: the cursor after the 500 newest jobs.
+    const page = (await (await get('/api/jobs?limit=500')).json()) as { nextBefore: string };
+    const cursor = page.nextBefore;
     const results = [
       await run('list newest 50', () => get('/api/jobs?limit=50')),
       await run('list by state QUEUED', () => get('/api/jobs?state=QUEUED&limit=50')),
       await run('list by operation', () => get('/api/jobs?operation=payments.charge&limit=50')),
       await run('list page (cursor)', () => get(`/api/jobs?limit=50&before=${cursor}`)),
+      await run('api search: request key', () =>
+        get(`/api/jobs?q=${encodeURIComponent(`load:${(Math.random() * JOBS) | 0}`)}`),
+      ),
+      await run('api search: no match (window)', () => get('/api/jobs?q=no-such-text')),
       await run('job by id', () => get(`/api/jobs/${someId}`)),
+      await run('console jobs page', () => get('/jobs')),
+      await run('search: request key', () =>
+        get(`/jobs?q=${encodeURIComponent(`load:${(Math.random() * JOBS) | 0}`)}`),
+      ),
+      await run('search: text in input', () => get(`/jobs?q=user${(Math.random() * 9) | 0}`)),
+      await run('search: state and operation', () =>
+        get('/jobs?state=QUEUED&operation=crm.update'),
+      ),
+      await run('search: no match (window)', () => get('/jobs?q=no-such-text')),
       await run(
         'approve',
         (i) =>

@@ -12,6 +12,8 @@ import {
 } from '../src/index.js';
 import { Metrics } from '../src/observe/metrics.js';
 import { startMetricsServer } from '../src/server/metrics-server.js';
+import { Hono } from 'hono';
+import { request as httpRequest } from 'node:http';
 import {
   STORE_KINDS,
   makeTestStore,
@@ -248,6 +250,46 @@ describe('metrics', () => {
       ctx.skip('promtool not installed (Debian package prometheus)');
     }
     execFileSync('promtool', ['check', 'metrics'], { input: text });
+  });
+});
+
+describe('the metrics endpoint (reckon work --metrics-port)', () => {
+  it('checks the Host, answers GET and HEAD only, and serves the routes it is given', async () => {
+    const { q } = await setup();
+    const metrics = new Metrics({ store: q.store });
+    const extra = new Hono().get('/readyz', (c) => c.json({ ready: true }));
+    const server = await startMetricsServer({
+      metrics,
+      port: 0,
+      allowedHosts: ['metrics.internal'],
+      routes: [extra],
+    });
+    cleanups.push(() => server.close());
+    const get = (path: string, host: string, method = 'GET') =>
+      new Promise<{ status: number; type: string; body: string }>((resolve, reject) => {
+        const req = httpRequest(`${server.url}${path}`, { method, headers: { host } }, (res) => {
+          let body = '';
+          res.setEncoding('utf8').on('data', (d: string) => (body += d));
+          res.on('end', () =>
+            resolve({ status: res.statusCode!, type: res.headers['content-type'] ?? '', body }),
+          );
+        });
+        req.once('error', reject).end();
+      });
+    const here = new URL(server.url).host;
+    expect((await get('/metrics', here)).status).toBe(200);
+    expect((await get('/metrics', 'metrics.internal:9464')).status).toBe(200);
+    expect((await get('/healthz', 'localhost', 'HEAD')).status).toBe(200);
+    // A page whose name resolves to 127.0.0.1 (DNS rebinding): refused on every route.
+    for (const path of ['/metrics', '/healthz', '/readyz']) {
+      const refused = await get(path, 'attacker.example');
+      expect(refused.status).toBe(421);
+      expect(refused.type).toMatch(/^application\/problem\+json/);
+      expect(JSON.parse(refused.body)).toMatchObject({ code: 'HOST_NOT_ALLOWED' });
+    }
+    expect(await get('/readyz', here)).toMatchObject({ status: 200, body: '{"ready":true}' });
+    expect((await get('/metrics', here, 'POST')).status).toBe(405);
+    expect((await get('/nothing', here)).status).toBe(404);
   });
 });
 

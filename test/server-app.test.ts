@@ -194,9 +194,19 @@ describe.each(STORE_KINDS)('the HTTP app on %s', (kind) => {
     expect(setCookie).toMatch(/Expires=/i);
     expect(setCookie).not.toMatch(/Secure/i); // http: a Secure cookie would not come back
     const cookie = setCookie.split(';')[0]!;
-    expect(
-      (await r.req('/login', { method: 'POST', body: 'token=wrong', headers: form() })).status,
-    ).toBe(401);
+    // A wrong token: the sign-in page again (HTML, 401) saying so, keeping where it was going.
+    const wrong = await r.req('/login', {
+      method: 'POST',
+      body: 'token=wrong&next=%2Fapprovals',
+      headers: form(),
+    });
+    expect(wrong.status).toBe(401);
+    expect(wrong.headers.get('content-type')).toMatch(/^text\/html/);
+    expect(wrong.headers.get('set-cookie')).toBeNull();
+    const page = await wrong.text();
+    expect(page).toContain('That token was not accepted');
+    expect(page).toMatch(/<form method="post" action="\/login">/);
+    expect(page).toContain('name="next" value="/approvals"');
 
     // A page of another site posting with the person's cookie:
     const url = `/api/approvals/${job.id}`;
@@ -246,10 +256,11 @@ describe.each(STORE_KINDS)('the HTTP app on %s', (kind) => {
       'x"); DELETE FROM events; --',
       "default' UNION SELECT * FROM tokens --",
     ]) {
-      for (const param of ['operation', 'queue']) {
+      for (const param of ['operation', 'queue', 'q']) {
         const res = await r.req(`/api/jobs?${param}=${encodeURIComponent(evil)}`, { token: admin });
         expect([200, 400], `${param}=${evil}`).toContain(res.status);
-        if (res.status === 200) expect(await res.json()).toEqual({ jobs: [] });
+        if (res.status === 200)
+          expect(await res.json()).toEqual({ jobs: [], nextBefore: null, scanStopped: false });
       }
       const state = await r.req(`/api/jobs?state=${encodeURIComponent(evil)}`, { token: admin });
       expect(state.status).toBe(400);
@@ -263,6 +274,41 @@ describe.each(STORE_KINDS)('the HTTP app on %s', (kind) => {
     expect(all.jobs.map((j) => j.id)).toEqual([job.id]);
     expect((await r.q.job(job.id))!.events.length).toBeGreaterThan(0);
     expect((await r.q.store.tokenList({})).map((t) => t.name)).toEqual(['root']);
+  });
+
+  it('searches jobs over the API: by key, text in the input, time; pages by nextBefore', async () => {
+    const r = await rig(kind);
+    const viewer = await r.token('vic', 'viewer', undefined, ['inputs']);
+    const jobs = await r.q.enqueueMany(
+      echo,
+      ['alpha', 'beta', 'gamma'].map((name, i) => ({
+        input: { customer: `cus_${name}` },
+        key: `order-${i}`,
+      })),
+    );
+    const list = async (query: string) => {
+      const res = await r.req(`/api/jobs?${query}`, { token: viewer });
+      expect(res.status, query).toBe(200);
+      return (await res.json()) as {
+        jobs: { id: string; requestKey: string }[];
+        nextBefore: string | null;
+        scanStopped: boolean;
+      };
+    };
+    expect((await list('q=order-1')).jobs.map((j) => j.id)).toEqual([jobs[1]!.id]);
+    expect((await list('q=CUS_GAMMA')).jobs.map((j) => j.requestKey)).toEqual(['order-2']);
+    expect((await list(`q=${jobs[0]!.id}`)).jobs.map((j) => j.requestKey)).toEqual(['order-0']);
+    expect((await list(`from=${Date.now() + 3_600_000}`)).jobs).toEqual([]);
+    const first = await list('limit=2');
+    expect(first.jobs.map((j) => j.requestKey)).toEqual(['order-2', 'order-1']);
+    expect(first).toMatchObject({ nextBefore: jobs[1]!.id, scanStopped: false });
+    const rest = await list(`limit=2&before=${first.nextBefore!}`);
+    expect(rest).toEqual({
+      jobs: [expect.objectContaining({ requestKey: 'order-0' })],
+      nextBefore: null,
+      scanStopped: false,
+    });
+    expect((await r.req('/api/jobs?limit=501', { token: viewer })).status).toBe(400);
   });
 
   it('a 10 MiB body is refused with 413 before it is parsed; so is JSON nested too deep', async () => {
@@ -366,6 +412,72 @@ describe.each(STORE_KINDS)('the HTTP app on %s', (kind) => {
     );
   });
 
+  it('an admin pauses and resumes a queue and an operation; the pause records the principal', async () => {
+    const r = await rig(kind);
+    const admin = await r.token('ops-lead', 'admin');
+    const approver = await r.token('dana', 'approver');
+    const viewer = await r.token('vic', 'viewer');
+    await r.q.enqueue(echo, { n: 1 });
+    // Only an admin: a pause stops every worker's claims of the queue.
+    expect((await r.req('/api/queues/default/pause', post({}))).status).toBe(401);
+    const refused = await r.req('/api/queues/default/pause', post({}, approver));
+    expect(refused.status).toBe(403);
+    expect(await refused.json()).toMatchObject({ code: 'FORBIDDEN' });
+    expect(await r.q.queues.paused()).toEqual([]);
+
+    const paused = await r.req(
+      '/api/queues/default/pause',
+      post({ reason: 'maintenance', actor: 'mallory' }, admin),
+    );
+    expect(paused.status).toBe(200);
+    expect(await paused.json()).toEqual({
+      kind: 'queue',
+      name: 'default',
+      paused: true,
+      changed: true,
+    });
+    const again = await r.req('/api/queues/default/pause', post({}, admin));
+    expect(await again.json()).toMatchObject({ paused: true, changed: false });
+    const op = await r.req('/api/queues/test.echo/pause', post({ operation: true }, admin));
+    expect(await op.json()).toMatchObject({ kind: 'operation', name: 'test.echo', changed: true });
+    expect((await r.req('/api/queues/no%20such/pause', post({}, admin))).status).toBe(400);
+
+    // Durable, in the store, with the authenticated principal (the body's actor ignored):
+    // another queue object on the store sees it, and so does a viewer over the API.
+    const other = await openQueue({ store: r.store.url });
+    try {
+      const pauses = await other.queues.paused();
+      expect(pauses.map((p) => [p.kind, p.name, p.actor, p.reason])).toEqual(
+        expect.arrayContaining([
+          ['queue', 'default', 'operator:ops-lead', 'maintenance'],
+          ['operation', 'test.echo', 'operator:ops-lead', null],
+        ]),
+      );
+      expect(pauses).toHaveLength(2);
+      const listed = (await (await r.req('/api/queues', { token: viewer })).json()) as {
+        queues: { name: string; paused: { actor: string } | null; counts: object }[];
+        pauses: unknown[];
+      };
+      expect(listed.pauses).toHaveLength(2);
+      expect(listed.queues.find((q) => q.name === 'default')).toMatchObject({
+        paused: { actor: 'operator:ops-lead' },
+        counts: { QUEUED: 1 },
+      });
+
+      const resumed = await r.req('/api/queues/default/resume', post({}, admin));
+      expect(await resumed.json()).toEqual({
+        kind: 'queue',
+        name: 'default',
+        paused: false,
+        changed: true,
+      });
+      await r.req('/api/queues/test.echo/resume', post({ operation: true }, admin));
+      expect(await other.queues.paused()).toEqual([]);
+    } finally {
+      await other.close();
+    }
+  });
+
   it('serves an OpenAPI 3.1 document made from the request schemas', async () => {
     const r = await rig(kind);
     const doc = (await (await r.req('/api/openapi.json')).json()) as {
@@ -386,6 +498,9 @@ describe.each(STORE_KINDS)('the HTTP app on %s', (kind) => {
         '/call',
         '/approvals/{id}',
         '/review/{id}/resolve',
+        '/queues',
+        '/queues/{name}/pause',
+        '/queues/{name}/resume',
       ]),
     );
     const enqueue = doc.paths['/jobs']!.post!.requestBody!.content['application/json']!.schema;

@@ -1272,18 +1272,38 @@ describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
 
     it('reads at most scanRowsMax jobs per call and says where to continue', async () => {
       const jobs = Array.from({ length: 12 }, (_, i) =>
-        newJob(`w${i}`, i === 1 ? { operation: 'op.rare' } : {}),
+        newJob(`w${i}`, i === 1 ? { queue: 'q.rare' } : {}),
       );
       await insert(...jobs);
-      const r1 = await page({ operation: 'op.rare', scanRowsMax: 5 });
+      const r1 = await page({ queue: 'q.rare', scanRowsMax: 5 });
       expect(r1.jobs).toEqual([]);
       expect(r1.scanStopped).toBe(true);
       expect(r1.nextBeforeId).toBe(jobs[7]!.id);
-      const r2 = await page({ operation: 'op.rare', scanRowsMax: 5, beforeId: r1.nextBeforeId! });
+      const r2 = await page({ queue: 'q.rare', scanRowsMax: 5, beforeId: r1.nextBeforeId! });
       expect(r2).toMatchObject({ jobs: [], scanStopped: true, nextBeforeId: jobs[2]!.id });
-      const r3 = await page({ operation: 'op.rare', scanRowsMax: 5, beforeId: r2.nextBeforeId! });
+      const r3 = await page({ queue: 'q.rare', scanRowsMax: 5, beforeId: r2.nextBeforeId! });
       expect(r3.jobs.map((j) => j.requestKey)).toEqual(['w1']);
       expect(r3).toMatchObject({ scanStopped: false, nextBeforeId: null });
+    });
+
+    it("with an operation, the window is that operation's newest jobs: a rare one is found", async () => {
+      const jobs = Array.from({ length: 12 }, (_, i) =>
+        newJob(`o${i}`, i === 1 || i === 4 ? { operation: 'op.rare' } : {}),
+      );
+      await insert(...jobs);
+      const r1 = await page({ operation: 'op.rare', scanRowsMax: 5 });
+      expect(r1.jobs.map((j) => j.requestKey)).toEqual(['o4', 'o1']);
+      expect(r1).toMatchObject({ scanStopped: false, nextBeforeId: null });
+      // The window counts the operation's jobs only: one of them read, then where to go on.
+      const r2 = await page({ operation: 'op.rare', text: 'matches nothing', scanRowsMax: 1 });
+      expect(r2).toMatchObject({ jobs: [], scanStopped: true, nextBeforeId: jobs[4]!.id });
+      const r3 = await page({
+        operation: 'op.rare',
+        scanRowsMax: 1,
+        beforeId: jobs[4]!.id,
+        text: 'o1',
+      });
+      expect(r3.jobs.map((j) => j.requestKey)).toEqual(['o1']);
     });
 
     it('filters by creation time (the time in the uuid v7 id)', async () => {

@@ -23,8 +23,10 @@ import {
   EnqueueBatchBody,
   EnqueueBody,
   JobsQuery,
+  PauseBody,
   ResolveBody,
 } from './schemas.js';
+import { queueControlOf } from './queue-control.js';
 
 type C = Context<AppEnv>;
 
@@ -42,6 +44,7 @@ export function apiRoutes(deps: ApiDeps): Hono<AppEnv> {
   readRoutes(api, deps, allow);
   produceRoutes(api, deps, allow, body);
   decisionRoutes(api, deps, allow, body);
+  flowRoutes(api, deps, allow, body);
   return api;
 }
 
@@ -71,15 +74,24 @@ function readRoutes(api: Hono<AppEnv>, deps: ApiDeps, allow: Allow): void {
   api.get('/jobs', async (c) => {
     allow(c, 'read');
     const q = parse(JobsQuery, queryOf(c, ['state']), 'query');
-    const jobs = await queue.jobs({
+    // The console's bounded search: whatever the filters match, one request reads at most a
+    // window of jobs (see q.search); `scanStopped` says the window ended before the page filled.
+    const page = await queue.search({
       ...(q.state ? { state: q.state } : {}),
       ...(q.queue ? { queue: q.queue } : {}),
       ...(q.operation ? { operation: q.operation } : {}),
-      ...(q.before ? { beforeId: q.before } : {}),
+      ...(q.q ? { text: q.q } : {}),
+      ...(q.from !== undefined ? { from: q.from } : {}),
+      ...(q.to !== undefined ? { to: q.to } : {}),
+      ...(q.before ? { before: q.before } : {}),
       limit: q.limit ?? 100,
     });
     const p = c.get('principal');
-    return c.json({ jobs: jobs.map((j) => redactJob(p, j)) });
+    return c.json({
+      jobs: page.jobs.map((j) => redactJob(p, j)),
+      nextBefore: page.nextBeforeId,
+      scanStopped: page.scanStopped,
+    });
   });
 
   api.get('/jobs/:id', async (c) => {
@@ -184,6 +196,28 @@ function decisionRoutes(api: Hono<AppEnv>, deps: ApiDeps, allow: Allow, body: Bo
       by: decisionBy(p),
     });
     return c.json({ job });
+  });
+}
+
+/**
+ * Flow control (`q.queues`): list the queues with their pauses; pause or resume a queue or an
+ * operation (admin: a pause stops every worker's claims of it). The pause records the
+ * authenticated principal.
+ */
+function flowRoutes(api: Hono<AppEnv>, deps: ApiDeps, allow: Allow, body: Body): void {
+  const control = queueControlOf(deps.queue);
+  api.get('/queues', async (c) => {
+    allow(c, 'read');
+    return c.json(await control.list());
+  });
+  api.post('/queues/:name/:act{pause|resume}', async (c) => {
+    allow(c, 'admin');
+    const b = await body(c, PauseBody);
+    const name = c.req.param('name');
+    const act = c.req.param('act') as 'pause' | 'resume';
+    const changed = await control[act](name, c.get('principal'), b);
+    const kind = b.operation ? 'operation' : 'queue';
+    return c.json({ kind, name, paused: act === 'pause', changed });
   });
 }
 

@@ -16,12 +16,12 @@ import { Hono, type Context, type Next } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { deleteCookie, getCookie, setCookie } from 'hono/cookie';
 import { NONCE, secureHeaders } from 'hono/secure-headers';
-import { InvalidInput, RequestTooLarge } from '../core/errors.js';
+import { AuthenticationRequired, InvalidInput, RequestTooLarge } from '../core/errors.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { Queue } from '../runtime/queue.js';
 import { apiRoutes } from './api.js';
 import { authenticator, type Authenticator } from './auth.js';
-import { consoleRoutes } from './console/index.js';
+import { consoleRoutes, signInPage } from './console/index.js';
 import type { AppEnv, ConsoleDeps, HealthFn } from './context.js';
 import {
   checkFormToken,
@@ -111,7 +111,7 @@ export function createReckonApp(options: ReckonAppOptions): ReckonApp {
     return c.body(body, 200, { 'content-type': options.metrics.contentType });
   });
   app.post('/login', (c) =>
-    signIn(c, { auth, keys, basePath, settings, now: () => queue.clock.now() }),
+    signIn(c, { auth, keys, basePath, settings, now: () => queue.clock.now(), deps }),
   );
   app.post('/logout', (c) => {
     deleteCookie(c, SESSION_COOKIE, { path: basePath || '/' });
@@ -236,11 +236,21 @@ async function signIn(
     basePath: string;
     settings: ServerSettings;
     now: () => number;
+    deps: ConsoleDeps;
   },
 ): Promise<Response> {
   const form = await c.req.parseBody();
   const token = typeof form.token === 'string' ? form.token.trim() : '';
-  const principal = await p.auth.bearer(token);
+  const next = typeof form.next === 'string' ? form.next : '';
+  let principal: Principal;
+  try {
+    principal = await p.auth.bearer(token);
+  } catch (err) {
+    if (!(err instanceof AuthenticationRequired)) throw err;
+    // A person at the sign-in form: the form again, saying why (401), not a problem document.
+    const error = 'That token was not accepted: it is unknown, revoked or expired.';
+    return signInPage(c, p.deps, { next, error }, 401);
+  }
   const expiresAt = p.now() + p.settings.sessionTtlMs;
   const value = p.keys.seal({ tokenId: principal.tokenId!, expiresAt });
   setCookie(c, SESSION_COOKIE, value, {
@@ -250,7 +260,6 @@ async function signIn(
     secure: new URL(c.req.url).protocol === 'https:',
     expires: new Date(expiresAt),
   });
-  const next = typeof form.next === 'string' ? form.next : '';
   // Only a path of this app: never an absolute URL or //host (an open redirect).
   const target =
     next.startsWith(`${p.basePath}/`) && !next.startsWith('//') ? next : `${p.basePath}/`;

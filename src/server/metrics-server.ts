@@ -1,12 +1,15 @@
 /**
- * A small HTTP endpoint for Prometheus: `GET /metrics` (text exposition) and `GET /healthz`.
- * Used by `reckon work --metrics-port` (this worker's counters plus the store's gauges) and by
- * `reckon serve`.
+ * A small HTTP endpoint for Prometheus: `GET /metrics` (text exposition) and `GET /healthz`, on
+ * Hono like `reckon serve`'s app (the same Host check and problem documents). Used by
+ * `reckon work --metrics-port` (this worker's counters plus the store's gauges, and `/readyz`).
  */
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { getRequestListener } from '@hono/node-server';
+import { Hono } from 'hono';
 import type { Metrics } from '../observe/metrics.js';
-import { hostAllowed } from './host-check.js';
+import { checkHost } from './edge.js';
+import { problem } from './problem.js';
 
 export interface HttpEndpoint {
   readonly url: string;
@@ -14,19 +17,16 @@ export interface HttpEndpoint {
   close(): Promise<void>;
 }
 
-export type RouteHandler = (
-  req: IncomingMessage,
-  res: ServerResponse,
-  url: URL,
-) => Promise<boolean> | boolean;
+/** More routes for the endpoint (`/readyz`): a Hono app mounted at its root. */
+export type MetricsRoutes = Hono;
 
 export interface MetricsServerOptions {
   metrics: Metrics;
   port: number;
   /** Loopback by default: metrics say a lot about a business; expose them on purpose. */
   host?: string;
-  /** Extra routes tried before /metrics and /healthz; return true when handled. */
-  routes?: RouteHandler[];
+  /** Extra routes, tried before /metrics and /healthz. */
+  routes?: MetricsRoutes[];
   /**
    * Check the `Host` header (DNS rebinding): accept the bound address, localhost, IP literals
    * and these names (`*`: any). Unset: no check.
@@ -34,43 +34,31 @@ export interface MetricsServerOptions {
   allowedHosts?: readonly string[];
 }
 
+/** The endpoint's app: the Host check, then the routes; GET and HEAD only. */
+export function metricsApp(options: Omit<MetricsServerOptions, 'port'>): Hono {
+  const host = options.host ?? '127.0.0.1';
+  const allowed = options.allowedHosts;
+  const app = new Hono();
+  app.onError((err, c) => problem(c, err));
+  app.use(async (c, next) => {
+    if (allowed) checkHost(c.req.header('host'), { bound: host, allowed });
+    if (c.req.method !== 'GET' && c.req.method !== 'HEAD')
+      return c.body(null, 405, { allow: 'GET, HEAD' });
+    await next();
+  });
+  for (const routes of options.routes ?? []) app.route('/', routes);
+  app.get('/metrics', async (c) =>
+    c.body(await options.metrics.text(), 200, { 'content-type': options.metrics.contentType }),
+  );
+  app.get('/healthz', (c) => c.text('ok\n'));
+  app.notFound((c) => c.text('not found: try /metrics\n', 404));
+  return app;
+}
+
 export async function startMetricsServer(options: MetricsServerOptions): Promise<HttpEndpoint> {
   const host = options.host ?? '127.0.0.1';
-  const server = createServer((req, res) => {
-    void handle(req, res).catch((err: unknown) => {
-      if (!res.headersSent) res.writeHead(500, { 'content-type': 'text/plain' });
-      res.end(`error: ${err instanceof Error ? err.message : String(err)}\n`);
-    });
-  });
-  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const allowed = options.allowedHosts;
-    if (allowed && !hostAllowed(req.headers.host, { bound: host, allowed })) {
-      const message =
-        `Host ${JSON.stringify(req.headers.host)} is not this server's address: refused, so that ` +
-        'a web page cannot reach it by DNS rebinding. Use the address it listens on or ' +
-        'localhost, or start it with --allowed-hosts <name> (or RECKON_SERVE_ALLOWED_HOSTS)';
-      res
-        .writeHead(421, { 'content-type': 'application/json; charset=utf-8' })
-        .end(JSON.stringify({ error: { code: 'HOST_NOT_ALLOWED', message } }));
-      return;
-    }
-    const url = new URL(req.url ?? '/', `http://${req.headers.host ?? 'localhost'}`);
-    for (const route of options.routes ?? []) if (await route(req, res, url)) return;
-    if (req.method !== 'GET' && req.method !== 'HEAD') {
-      res.writeHead(405, { allow: 'GET, HEAD' }).end();
-      return;
-    }
-    if (url.pathname === '/metrics') {
-      const body = await options.metrics.text();
-      res.writeHead(200, { 'content-type': options.metrics.contentType }).end(body);
-      return;
-    }
-    if (url.pathname === '/healthz') {
-      res.writeHead(200, { 'content-type': 'text/plain' }).end('ok\n');
-      return;
-    }
-    res.writeHead(404, { 'content-type': 'text/plain' }).end('not found: try /metrics\n');
-  }
+  const listener = getRequestListener(metricsApp(options).fetch);
+  const server = createServer((req, res) => void listener(req, res));
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(options.port, host, () => resolve());

@@ -10,9 +10,13 @@ import {
   DecideBody,
   EnqueueBatchBody,
   EnqueueBody,
+  FlowChange,
   Job,
+  JobsPage,
   JobsQuery,
   Outcome,
+  PauseBody,
+  PauseRecord,
   Pending,
   ProblemDetails,
   ResolveBody,
@@ -80,7 +84,7 @@ export function openApiDocument(basePath: string): object {
       securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } },
       schemas: { Problem: schema(ProblemDetails, 'output') },
     },
-    paths: { ...readPaths(), ...writePaths() },
+    paths: { ...readPaths(), ...writePaths(), ...flowPaths() },
   };
 }
 
@@ -94,9 +98,10 @@ function readPaths() {
     },
     '/jobs': {
       get: {
-        summary: 'List jobs, newest first (cursor: before)',
+        summary:
+          'List and search jobs, newest first (cursor: before=nextBefore); one request reads a bounded window',
         parameters: queryParameters(JobsQuery),
-        responses: { 200: json(z.object({ jobs: z.array(Job) })), ...read },
+        responses: { 200: json(JobsPage), ...read },
       },
       post: {
         summary: 'Enqueue one job (producer, admin); a known request key answers its job (200)',
@@ -178,5 +183,38 @@ function writePaths() {
         responses: { 200: json(z.object({ job: Job })), ...write },
       },
     },
+  };
+}
+
+function flowPaths() {
+  const nameParam = {
+    name: 'name',
+    in: 'path',
+    required: true,
+    schema: { type: 'string' },
+    description: 'A queue, or an operation with { operation: true }',
+  };
+  const change = (summary: string) => ({
+    post: {
+      summary,
+      parameters: [nameParam],
+      requestBody: body(PauseBody),
+      responses: { 200: json(FlowChange), ...write },
+    },
+  });
+  return {
+    '/queues': {
+      get: {
+        summary: 'Queues with their counts and pauses, and every pause in force',
+        responses: {
+          200: json(z.object({ queues: z.array(z.unknown()), pauses: z.array(PauseRecord) })),
+          ...read,
+        },
+      },
+    },
+    '/queues/{name}/pause': change(
+      'Pause a queue or an operation: workers stop claiming its jobs (admin)',
+    ),
+    '/queues/{name}/resume': change('Resume a queue or an operation (admin)'),
   };
 }

@@ -3,8 +3,9 @@
  * whether this worker takes jobs. Ready means started, not stopping, and its store answering
  * within `readinessStoreTimeoutMs`; `/healthz` (the process is alive) stays as it was.
  */
+import { Hono } from 'hono';
 import type { Clock, ClockTimer } from '../core/clock.js';
-import type { RouteHandler } from './metrics-server.js';
+import type { MetricsRoutes } from './metrics-server.js';
 
 export type WorkerPhase = 'starting' | 'ready' | 'stopping';
 
@@ -19,21 +20,18 @@ export interface ReadinessOptions {
   readinessStoreTimeoutMs?: number;
 }
 
-export function readinessRoute(options: ReadinessOptions): RouteHandler {
+export function readinessRoute(options: ReadinessOptions): MetricsRoutes {
   const timeoutMs = options.readinessStoreTimeoutMs ?? READINESS_STORE_TIMEOUT_MS;
   if (!Number.isInteger(timeoutMs) || timeoutMs < 1)
     throw new RangeError(`readinessStoreTimeoutMs must be a positive integer, got ${timeoutMs}`);
-  return async (req, res, url) => {
-    if (url.pathname !== '/readyz' || (req.method !== 'GET' && req.method !== 'HEAD')) return false;
+  const app = new Hono();
+  app.get('/readyz', async (c) => {
     const answer = (ready: boolean, detail: Record<string, unknown>) =>
-      res
-        .writeHead(ready ? 200 : 503, { 'content-type': 'application/json' })
-        .end(`${JSON.stringify({ ready, ...detail })}\n`);
+      c.body(`${JSON.stringify({ ready, ...detail })}\n`, ready ? 200 : 503, {
+        'content-type': 'application/json',
+      });
     const phase = options.phase();
-    if (phase !== 'ready') {
-      answer(false, { phase });
-      return true;
-    }
+    if (phase !== 'ready') return answer(false, { phase });
     let timer: ClockTimer | undefined;
     const late = new Promise<never>((_, reject) => {
       timer = options.clock.setTimeout(
@@ -44,12 +42,12 @@ export function readinessRoute(options: ReadinessOptions): RouteHandler {
     });
     try {
       await Promise.race([options.storeAnswers(), late]);
-      answer(true, { phase });
+      return answer(true, { phase });
     } catch (err) {
-      answer(false, { phase, reason: err instanceof Error ? err.message : String(err) });
+      return answer(false, { phase, reason: err instanceof Error ? err.message : String(err) });
     } finally {
       options.clock.clearTimeout(timer);
     }
-    return true;
-  };
+  });
+  return app;
 }

@@ -5,6 +5,7 @@
  */
 import { z } from 'zod';
 import { JOB_STATES } from '../core/states.js';
+import { SEARCH_LIMIT_MAX, SEARCH_TEXT_LENGTH_MAX } from '../runtime/search.js';
 
 const key = z
   .string()
@@ -79,18 +80,42 @@ export const CancelBody = z.object({
   reason: z.string().max(10_000).optional(),
 });
 
+export const PauseBody = z.object({
+  operation: z
+    .boolean()
+    .optional()
+    .describe('Pause or resume an operation (its jobs in every queue) rather than a queue'),
+  reason: z.string().max(1_000).optional().describe('Recorded with the pause'),
+});
+
 const name = z.string().min(1).max(200);
+const time = z.coerce
+  .number()
+  .int()
+  .min(0)
+  .optional()
+  .describe('Creation time, ms since the epoch (the time in the job id)');
 export const JobsQuery = z.object({
   state: z.union([z.enum(JOB_STATES), z.array(z.enum(JOB_STATES))]).optional(),
   queue: name.optional(),
   operation: name.optional(),
+  q: z
+    .string()
+    .min(1)
+    .max(SEARCH_TEXT_LENGTH_MAX)
+    .optional()
+    .describe(
+      'A job id, request key, run id or fingerprint (exact), or text in the input or the key',
+    ),
+  from: time,
+  to: time,
   before: z
     .string()
     .min(1)
     .max(100)
     .optional()
-    .describe('Keyset cursor: jobs created before this id'),
-  limit: z.coerce.number().int().min(1).max(1000).optional(),
+    .describe("Keyset cursor: the previous answer's nextBefore"),
+  limit: z.coerce.number().int().min(1).max(SEARCH_LIMIT_MAX).optional(),
 });
 
 export const ApprovalsQuery = z.object({
@@ -118,6 +143,34 @@ export const Job = z
   })
   .loose()
   .describe('A job (inputs and results redacted for a viewer without the inputs grant)');
+
+export const JobsPage = z.object({
+  jobs: z.array(Job),
+  nextBefore: z
+    .string()
+    .nullable()
+    .describe('Pass as before for the next page; null: no more jobs match'),
+  scanStopped: z
+    .boolean()
+    .describe(
+      'The window of jobs one request reads ended before the page filled: older jobs were not searched yet (go on with nextBefore)',
+    ),
+});
+
+export const PauseRecord = z.object({
+  kind: z.enum(['queue', 'operation']),
+  name: z.string(),
+  actor: z.string().describe('operator:<principal> over HTTP, cli:<os user> from the CLI'),
+  reason: z.string().nullable(),
+  pausedAt: z.number(),
+});
+
+export const FlowChange = z.object({
+  kind: z.enum(['queue', 'operation']),
+  name: z.string(),
+  paused: z.boolean().describe('Whether it is paused now'),
+  changed: z.boolean().describe('False when it already was'),
+});
 
 export const Outcome = z.object({
   jobId: z.string(),

@@ -3,8 +3,9 @@
  * token, finds a job by its request key, reads why an UNKNOWN job is UNKNOWN, approves one job
  * and denies another, resolves a review, and watches a state change arrive without reloading.
  * A `<script>` in an input is shown as text; an input changed after it was shown is not approved.
- * Every page passes axe-core (no serious or critical violation) and is photographed into
- * docs/console/. One browser for the file; the store is a temp SQLite file.
+ * A wrong token at sign-in gets the form again; an admin pauses and resumes a queue. Every page
+ * passes axe-core (no serious or critical violation) and is photographed into docs/console/.
+ * One browser per store; on SQLite and PostgreSQL (the photographs from SQLite).
  */
 import { mkdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -14,7 +15,14 @@ import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { defineOperation, openQueue, type Queue } from '../../src/index.js';
 import type { AnyOperation } from '../../src/core/operation.js';
-import { tempSqliteStore, type TestStore } from '../helpers/stores.js';
+import pg from 'pg';
+import {
+  STORE_KINDS,
+  makeTestStore,
+  pgUnavailableReason,
+  type StoreKind,
+  type TestStore,
+} from '../helpers/stores.js';
 import { until } from '../reliability/harness.js';
 import {
   chromiumMissing,
@@ -59,9 +67,30 @@ const mail = defineOperation({
 
 const OPS = [refund, ledger, mail] as AnyOperation[];
 
-describe.skipIf(missing !== null)(
-  `the console in Chromium${missing ? ` (skipped: ${missing})` : ''}`,
-  () => {
+const pgMissing = missing === null ? await pgUnavailableReason() : null;
+
+/** Changes a job's input behind the console's back (as another writer of the store could). */
+async function setInput(ts: TestStore, id: string, inputJson: string): Promise<void> {
+  if (ts.kind === 'sqlite') {
+    const db = new Database(ts.url.slice('sqlite:'.length));
+    db.prepare('UPDATE jobs SET input_json = ? WHERE id = ?').run(inputJson, id);
+    db.close();
+    return;
+  }
+  const c = new pg.Client({ connectionString: ts.url });
+  await c.connect();
+  try {
+    await c.query('UPDATE reckon.jobs SET input_json = $1 WHERE id = $2', [inputJson, id]);
+  } finally {
+    await c.end();
+  }
+}
+
+describe
+  .skipIf(missing !== null)
+  .each(STORE_KINDS.filter((k) => k === 'sqlite' || pgMissing === null))(
+  `the console in Chromium${missing ? ` (skipped: ${missing})` : ''} on %s`,
+  (kind: StoreKind) => {
     let ts: TestStore;
     let q: Queue;
     let served: Served;
@@ -80,6 +109,7 @@ describe.skipIf(missing !== null)(
     }
 
     async function shot(page: Page, name: string): Promise<void> {
+      if (kind !== 'sqlite') return; // the docs' pictures: one store is enough
       mkdirSync(SHOTS, { recursive: true });
       await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
     }
@@ -89,7 +119,7 @@ describe.skipIf(missing !== null)(
     }
 
     beforeAll(async () => {
-      ts = tempSqliteStore();
+      ts = await makeTestStore(kind);
       q = await openQueue({ store: ts.url });
       for (const op of OPS) q.register(op);
       served = await serveConsole(q);
@@ -112,6 +142,15 @@ describe.skipIf(missing !== null)(
       await expect.poll(() => new URL(page.url()).pathname).toBe('/login');
       await expectAccessible(page, 'the sign-in page');
       await shot(page, 'sign-in');
+      // A wrong token: the form again (401), saying so.
+      await page.getByLabel('Token').fill('rk_not_a_token');
+      const [answer] = await Promise.all([
+        page.waitForResponse((r) => r.request().method() === 'POST'),
+        page.getByRole('button', { name: 'Sign in' }).click(),
+      ]);
+      expect(answer.status()).toBe(401);
+      expect(await page.textContent('[role=alert]')).toContain('That token was not accepted');
+      await expect(page.getByLabel('Token').isVisible()).resolves.toBe(true);
       await signIn(page, served.url, approver);
       await page.goto(`${served.url}/`);
       await expect(page.getByRole('heading', { name: 'Overview' }).isVisible()).resolves.toBe(true);
@@ -194,12 +233,7 @@ describe.skipIf(missing !== null)(
       await page.getByRole('button', { name: 'Pause live updates' }).click();
       await page.waitForSelector('#live-toggle[aria-pressed="true"]');
       // Behind the console's back: the journal's input is no longer what the page shows.
-      const db = new Database(ts.url.slice('sqlite:'.length));
-      db.prepare('UPDATE jobs SET input_json = ? WHERE id = ?').run(
-        '{"amountCents":5000000}',
-        job.id,
-      );
-      db.close();
+      await setInput(ts, job.id, '{"amountCents":5000000}');
       await page.getByRole('button', { name: 'Approve' }).click();
       await page.waitForURL(/error=/);
       expect(await page.textContent('[role=alert]')).toContain(
@@ -262,6 +296,23 @@ describe.skipIf(missing !== null)(
       await page.goto(`${served.url}/jobs/${job.id}`);
       await expectAccessible(page, 'a job page in the dark theme');
       await shot(page, 'job-dark');
+    });
+
+    it('an admin pauses and resumes a queue from the overview; the pause names the admin', async () => {
+      const admin = await makeToken(q, 'olga', 'admin');
+      const page = await newPage(admin);
+      await page.goto(`${served.url}/`);
+      await page.getByRole('button', { name: 'Pause default' }).click();
+      await page.waitForURL(/notice=/);
+      expect(await page.textContent('.notice')).toContain('Queue default paused');
+      const row = page.locator('tr', { has: page.getByRole('link', { name: 'default' }) });
+      expect(await row.textContent()).toContain('paused by operator:olga');
+      expect((await q.queues.paused()).map((p) => [p.name, p.actor])).toEqual([
+        ['default', 'operator:olga'],
+      ]);
+      await page.getByRole('button', { name: 'Resume default' }).click();
+      await page.waitForURL(/notice=Queue\+default\+resumed|notice=Queue%20default%20resumed/);
+      expect(await q.queues.paused()).toEqual([]);
     });
   },
 );

@@ -9,7 +9,7 @@ import { JobNotFound, NotPermitted, ReckonError } from '../../core/errors.js';
 import type { DecisionBy } from '../../runtime/decision-by.js';
 import type { AppEnv, ConsoleDeps } from '../context.js';
 import { authorize, enqueuerOf, type Principal } from '../principal.js';
-import type { QueueControl } from './queue-control.js';
+import type { QueueControl } from '../queue-control.js';
 
 type Form = Record<string, string | File | (string | File)[]>;
 
@@ -159,7 +159,7 @@ export async function queueFlow(
   const p = c.get('principal');
   authorize(p, 'admin', { protectReads: deps.protectReads });
   try {
-    await control[act](name, { actor: p.name });
+    await control[act](name, p, { reason: field(form, 'reason') });
     return back(c, deps, form, {
       notice: `Queue ${name} ${act === 'pause' ? 'paused' : 'resumed'}.`,
     });

@@ -21,7 +21,7 @@ import { filtersOf, jobsBody } from './pages/jobs.js';
 import { overviewBody } from './pages/overview.js';
 import { reviewBody } from './pages/review.js';
 import { signInBody } from './pages/sign-in.js';
-import { queueControlOf } from './queue-control.js';
+import { queueControlOf } from '../queue-control.js';
 
 /** How many jobs the approvals and review pages show at once (oldest first). */
 export const CONSOLE_LIST_MAX = 200;
@@ -38,7 +38,7 @@ export interface ConsoleOptions {
 type C = Context<AppEnv>;
 
 /** A page's response: HTML, never cached (it carries job data). */
-function respond(c: C, body: Html, status: 200 | 400 | 404 = 200) {
+function respond(c: C, body: Html, status: 200 | 400 | 401 | 404 = 200) {
   c.header('cache-control', 'no-store');
   return c.html(body, status);
 }
@@ -82,14 +82,10 @@ function pageRoutes(app: Hono<AppEnv>, deps: ConsoleDeps): void {
   app.get('/', async (c) => {
     const no = allowed(c, deps, 'read');
     if (no) return no;
-    const control = queueControlOf(q);
-    const [overview, paused] = await Promise.all([
-      q.overview(),
-      control ? control.paused() : new Set<string>(),
-    ]);
+    const [overview, paused] = await Promise.all([q.overview(), queueControlOf(q).paused()]);
     const health = deps.health(overview.stats);
     const view = viewOf(c, deps);
-    const body = overviewBody(view, { overview, health, control, paused, ...flashOf(c) });
+    const body = overviewBody(view, { overview, health, paused, ...flashOf(c) });
     return respond(c, page(view, { title: 'Overview', section: 'overview', body, live: live() }));
   });
   app.get('/jobs', async (c) => {
@@ -145,18 +141,29 @@ function pageRoutes(app: Hono<AppEnv>, deps: ConsoleDeps): void {
   });
 }
 
+/**
+ * The sign-in page: asked for (200), or answering a token the server did not accept (401, with
+ * the error on the page, so that the person can try again).
+ */
+export function signInPage(
+  c: C,
+  deps: ConsoleDeps,
+  d: { next: string; error?: string },
+  status: 200 | 401 = 200,
+): Response | Promise<Response> {
+  const view = viewOf(c, deps);
+  const body = signInBody(view, d);
+  return respond(c, page(view, { title: 'Sign in', section: 'sign-in', body }), status);
+}
+
 export function consoleRoutes(deps: ConsoleDeps, options: ConsoleOptions = {}): Hono<AppEnv> {
   const app = new Hono<AppEnv>();
   const settings = { ...LIVE_DEFAULTS, ...options.live };
   assetRoutes(app);
   app.get('/login', (c) => {
-    const view = viewOf(c, deps);
     const next = c.req.query('next') ?? `${deps.basePath}/`;
-    const body = signInBody(view, {
-      next,
-      ...(c.req.query('error') ? { error: c.req.query('error')! } : {}),
-    });
-    return respond(c, page(view, { title: 'Sign in', section: 'sign-in', body }));
+    const error = c.req.query('error');
+    return signInPage(c, deps, { next, ...(error ? { error } : {}) });
   });
   pageRoutes(app, deps);
   app.get('/live', (c) => {
@@ -176,16 +183,14 @@ export function consoleRoutes(deps: ConsoleDeps, options: ConsoleOptions = {}): 
   app.post('/approvals/decide', (c) => decideApprovals(c, deps, refuseSelf));
   app.post('/review/:id/resolve', (c) => resolveReview(c, deps, c.req.param('id')));
   app.post('/jobs/:id/cancel', (c) => cancelJob(c, deps, c.req.param('id')));
-  app.post('/queues/:name/:act{pause|resume}', (c) => {
-    const control = queueControlOf(deps.queue);
-    if (!control) return c.notFound();
-    return queueFlow(
+  app.post('/queues/:name/:act{pause|resume}', (c) =>
+    queueFlow(
       c,
       deps,
-      control,
+      queueControlOf(deps.queue),
       c.req.param('name'),
       c.req.param('act') as 'pause' | 'resume',
-    );
-  });
+    ),
+  );
   return app;
 }

@@ -163,14 +163,19 @@ export async function jobSearch(h: PgHandle, p: JobSearchParams): Promise<JobSea
       const sql = `${base} ${whereOf(ids)} ORDER BY id DESC LIMIT ${params.add(p.limit + 1)}`;
       return searchPage(p, await jobs(sql, params.args), null);
     }
+    // With an operation, the window is that operation's newest jobs (index jobs_operation), so
+    // a rare operation is found however old; else the newest jobs of all.
+    const scope = (ps: Params) =>
+      p.operation === undefined ? [] : [`operation = ${ps.add(p.operation)}`];
+    const scoped = [...ids, ...scope(params)];
     const scan = params.add(p.scanRowsMax);
     const f = searchFilters(p, params, true);
-    const sql = `SELECT * FROM (${base} ${whereOf(ids)} ORDER BY id DESC LIMIT ${scan}) w
+    const sql = `SELECT * FROM (${base} ${whereOf(scoped)} ORDER BY id DESC LIMIT ${scan}) w
       ${whereOf(f)} ORDER BY id DESC LIMIT ${params.add(p.limit + 1)}`;
     const found = await jobs(sql, params.args);
     if (found.length > p.limit) return searchPage(p, found, null);
     const windowParams = new Params();
-    const windowIds = idBounds(p, windowParams);
+    const windowIds = [...idBounds(p, windowParams), ...scope(windowParams)];
     const windowSql = `SELECT count(*)::int AS n, min(id) AS low FROM (${h.sql.jobIdWindowBase}
       ${whereOf(windowIds)} ORDER BY id DESC LIMIT ${windowParams.add(p.scanRowsMax)}) w`;
     const window = (await c.query<{ n: number; low: string | null }>(windowSql, windowParams.args))

@@ -1,7 +1,7 @@
 /**
  * The overview: counts by state, UNKNOWN and NEEDS_REVIEW growth, the oldest due job per queue,
  * approvals waiting and the oldest, throughput over the last hour; pause and resume per queue
- * where the library has flow control.
+ * (flow control, for an admin).
  */
 import { html } from 'hono/html';
 import { JOB_STATES, type JobState } from '../../../core/states.js';
@@ -10,14 +10,13 @@ import { can } from '../../principal.js';
 import { duration, href, type Html, type View } from '../format.js';
 import { csrfField, flash } from '../layout.js';
 import { throughputChart } from '../partials/throughput-chart.js';
-import type { QueueControl } from '../queue-control.js';
+import type { PauseRecord } from '../../../store/store.js';
 
 export interface OverviewData {
   overview: Overview;
   health: { healthy: boolean; checks: unknown[] };
-  /** Paused queues, when the library has flow control (else null: no pause/resume shown). */
-  control: QueueControl | null;
-  paused: Set<string>;
+  /** The paused queues by name, with who paused them (pause and resume are shown to an admin). */
+  paused: Map<string, PauseRecord>;
   notice?: string;
   error?: string;
 }
@@ -39,22 +38,25 @@ function totals(o: Overview): Record<JobState, number> {
 
 function queueRow(view: View, d: OverviewData, q: Overview['stats']['queues'][number]): Html {
   const now = d.overview.now;
-  const paused = d.paused.has(q.queue);
+  const pause = d.paused.get(q.queue);
+  const paused = pause !== undefined;
   const act = paused ? 'resume' : 'pause';
-  const control =
-    d.control && can(view.principal, 'admin')
-      ? html`<form method="post" action="${view.base}/queues/${encodeURIComponent(q.queue)}/${act}">
+  // Only an admin pauses (the server refuses anyone else): the column is shown to admins alone.
+  const control = can(view.principal, 'admin')
+    ? html`<td>
+        <form method="post" action="${view.base}/queues/${encodeURIComponent(q.queue)}/${act}">
           ${csrfField(view)}<button>${paused ? 'Resume' : 'Pause'} ${q.queue}</button>
-        </form>`
-      : '';
+        </form>
+      </td>`
+    : '';
   return html`<tr>
     <th scope="row">
       <a href="${href(view.base, '/jobs', { queue: q.queue })}">${q.queue}</a
-      >${paused ? html` <span class="bad">paused</span>` : ''}
+      >${pause ? html` <span class="bad">paused</span> <span class="muted">by ${pause.actor}${pause.reason ? `: ${pause.reason}` : ''}</span>` : ''}
     </th>
     ${JOB_STATES.map((s) => html`<td class="num">${q.counts[s] ?? 0}</td>`)}
     <td>${q.oldestDueAt === null ? '–' : duration(now - q.oldestDueAt)}</td>
-    ${d.control ? html`<td>${control}</td>` : ''}
+    ${control}
   </tr>`;
 }
 
@@ -104,7 +106,7 @@ export function overviewBody(view: View, d: OverviewData): Html {
                 <th scope="col">Queue</th>
                 ${JOB_STATES.map((s) => html`<th scope="col" class="num">${s}</th>`)}
                 <th scope="col">Oldest due</th>
-                ${d.control ? html`<th scope="col">Flow</th>` : ''}
+                ${can(view.principal, 'admin') ? html`<th scope="col">Flow</th>` : ''}
               </tr>
               ${o.stats.queues.map((q) => queueRow(view, d, q))}
             </table>`
