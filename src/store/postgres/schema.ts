@@ -304,7 +304,7 @@ CREATE TABLE IF NOT EXISTS flow_schedules (
     // A job list or search by operation reads that operation's newest jobs in id order, however
     // rare the operation (issue #28: lists and searches with 1,000,000 jobs). Neither column ever
     // changes: one index entry per enqueue, nothing on the hot path's state changes.
-    version: 13,
+    version: 12,
     name: 'jobs by operation, newest first',
     sql: `CREATE INDEX IF NOT EXISTS jobs_operation ON jobs (operation, id);`,
   },
