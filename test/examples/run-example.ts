@@ -5,6 +5,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { openQueue } from '../../src/index.js';
 import { pgUnavailableReason, tempPgStore, type StoreKind } from '../helpers/stores.js';
 
 export const ROOT = resolve(import.meta.dirname, '..', '..');
@@ -50,7 +51,8 @@ export const pgReason = await pgUnavailableReason();
 
 /**
  * Runs `fn` with the environment that points an example at a store of its own: the example's
- * temporary SQLite file, or a PostgreSQL database made for it (`RECKON_EXAMPLE_STORE`) and dropped after.
+ * temporary SQLite file, or a PostgreSQL database made for it (`RECKON_EXAMPLE_STORE`), checked
+ * to hold the example's jobs afterwards (so a run that ignored it fails), and dropped after.
  */
 export async function exampleStore<T>(
   kind: StoreKind,
@@ -59,7 +61,11 @@ export async function exampleStore<T>(
   if (kind === 'sqlite') return fn({});
   const store = await tempPgStore();
   try {
-    return await fn({ RECKON_EXAMPLE_STORE: store.url });
+    const out = await fn({ RECKON_EXAMPLE_STORE: store.url });
+    const q = await openQueue({ store: store.url });
+    const jobs = await q.jobs({ limit: 1 }).finally(() => q.close());
+    if (jobs.length === 0) throw new Error(`the example wrote no job to ${store.url}`);
+    return out;
   } finally {
     await store.drop();
   }
