@@ -7,9 +7,7 @@
 import { openQueue, type Queue } from '../../src/index.js';
 import { Downstream, OK, type Behaviour } from '../../src/testkit/downstream.js';
 import { notify, refusingUrl, target } from '../fixtures/proof-ops.js';
-
-/** Runs what the test must undo after it, last first. */
-export type Cleanup = (undo: () => unknown) => void;
+import type { Cleanup } from './cleanup.js';
 
 /** The scenario's downstream (see above), closed at cleanup. */
 export async function resetThenRefuse(cleanup: Cleanup): Promise<Downstream> {
