@@ -624,7 +624,7 @@ describe.skipIf(pgReason !== null)(
     });
 
     describe('LISTEN/NOTIFY', () => {
-      it('wakes a worker polling every 5 s at once, from another process’s enqueue, also after its listener was cut', async () => {
+      it('wakes a worker polling every minute at once, from another process’s enqueue, also after its listener was cut', async () => {
         const t = await pgDatabase();
         const producer = await queueOn(t.url); // its own pool: the in-process notifier cannot help
         const consumer = await queueOn(t.url);
@@ -636,16 +636,23 @@ describe.skipIf(pgReason !== null)(
             return Promise.resolve(null);
           },
         });
-        await startWorker(consumer, { operations: [op], pollIntervalMs: 5_000, recover: false });
-        await sleep(300); // the first poll found nothing; the next one is 5 s away
+        const admin = await client(PG_ADMIN_URL);
+        const listening = `SELECT pid FROM pg_stat_activity WHERE datname = $1 AND query ILIKE 'LISTEN%'`;
+        await producer.enqueue(op, { n: 0 }, { key: 'n0' });
+        await startWorker(consumer, { operations: [op], pollIntervalMs: 60_000, recover: false });
+        // Its first poll took n0 and found nothing more: the next poll is a minute away, so only
+        // a wake runs n1. (A fixed sleep here let a slow first poll find n1 itself.)
+        await until('the first poll to take n0', () => ranAt.has('n0'), 4_000);
+        await until(
+          'the listener',
+          async () => (await admin.query(listening, [dbName(t.url)])).rowCount === 1,
+        );
 
         const t0 = Date.now();
         await producer.enqueue(op, { n: 1 }, { key: 'n1' });
         await until('the first job to run', () => ranAt.has('n1'), 4_000);
         expect(ranAt.get('n1')! - t0).toBeLessThan(1_500);
 
-        const admin = await client(PG_ADMIN_URL);
-        const listening = `SELECT pid FROM pg_stat_activity WHERE datname = $1 AND query ILIKE 'LISTEN%'`;
         const cut = await admin.query(`SELECT pg_terminate_backend(pid) FROM (${listening}) l`, [
           dbName(t.url),
         ]);
