@@ -247,6 +247,17 @@ describe.skipIf(pgReason !== null)(
           leaseToken: c.attempt.leaseToken,
         }));
         const other = await client(t.url);
+        const otherPid = (await other.query<{ pid: number }>('SELECT pg_backend_pid() AS pid'))
+          .rows[0]!.pid;
+        const watcher = await client(t.url);
+        // A statement of the store waits for a lock the other transaction holds.
+        const blocked = async () =>
+          (
+            await watcher.query<{ n: number }>(
+              'SELECT count(*)::int AS n FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))',
+              [otherPid],
+            )
+          ).rows[0]!.n > 0;
         const moveRows = async () => {
           await other.query('BEGIN');
           // What a heartbeat does to the attempts, and a harmless write to the jobs: new
@@ -263,7 +274,7 @@ describe.skipIf(pgReason !== null)(
 
         await moveRows();
         const marking = store.attemptDispatchMany({ leases });
-        await sleep(100); // the marker now waits for the locks
+        await until('the marker to wait for the locks', blocked);
         await other.query('COMMIT');
         const marks = await marking;
         expect(marks.map((m) => m.ok)).toEqual([true, true, true]);
@@ -280,7 +291,7 @@ describe.skipIf(pgReason !== null)(
             actor: 'w1',
           })),
         });
-        await sleep(100);
+        await until('the outcome to wait for the locks', blocked);
         await other.query('COMMIT');
         expect(await finishing).toEqual([true, true, true]);
         for (const c of claimed) {
@@ -779,7 +790,7 @@ describe.skipIf(pgReason !== null)(
             op,
             Array.from({ length: N }, (_, i) => ({ input: { n: i }, key: `r${i}` })),
           );
-          await startWorker(q, {
+          const w = await startWorker(q, {
             operations: [op],
             concurrency: 8,
             leaseMs: 3_000,
@@ -791,7 +802,10 @@ describe.skipIf(pgReason !== null)(
           await until('a third of the jobs to run', () => ledger.size >= N / 3, 20_000);
           await c.stop('immediate'); // a crash: no checkpoint, recovery from WAL on start
           const doneWhileDown = ledger.size;
-          await sleep(1_000);
+          // Its loops (the claim loop every 20 ms) tried the stopped server, and failed.
+          let failures = 0;
+          w.on('error', () => void failures++);
+          await until('the worker to fail against the stopped server', () => failures >= 20);
           expect(ledger.size - doneWhileDown).toBeLessThanOrEqual(8); // only what was already in flight
           await c.start();
           await waitUntilSettled(q, { timeoutMs: 40_000 });
