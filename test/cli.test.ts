@@ -360,9 +360,17 @@ describe('reckon CLI', () => {
       if (Date.now() > deadline) throw new Error('the slow job was never dispatched');
       await sleep(100);
     }
+    // The first signal is taken (its line on stderr) and the worker waits for the job in flight.
+    const heard = new Promise<void>((ok) => {
+      let seen = '';
+      child.stderr!.on('data', (d: string) => {
+        seen += d;
+        if (seen.includes('SIGTERM: stopping after jobs in flight')) ok();
+      });
+    });
     child.kill('SIGTERM');
-    await sleep(300);
-    expect(child.exitCode).toBeNull(); // still waiting for the job in flight
+    await heard;
+    expect(child.exitCode).toBeNull();
     child.kill('SIGTERM');
     const r = await done;
     expect(r.code).toBe(143);

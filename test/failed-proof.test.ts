@@ -9,21 +9,22 @@
 import { spawn } from 'node:child_process';
 import { join, resolve } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { OutcomePending, openQueue, type Queue } from '../src/index.js';
-import { Downstream, OK, type Behaviour } from '../src/testkit/downstream.js';
-import { notify, refusingUrl, target } from './fixtures/proof-ops.js';
+import { OutcomePending } from '../src/index.js';
+import { notify } from './fixtures/proof-ops.js';
 import {
   pgUnavailableReason,
   tempPgStore,
   tempSqliteStore,
   type TestStore,
 } from './helpers/stores.js';
+import { resetThenRefuse, scenarioQueue } from './helpers/unproven.js';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const MAIN = join(ROOT, 'src', 'cli', 'main.ts');
 const pgReason = await pgUnavailableReason();
 
 const cleanup: (() => unknown)[] = [];
+const push = (undo: () => unknown) => void cleanup.push(undo);
 afterEach(async () => {
   for (const c of cleanup.splice(0).reverse()) await c();
 });
@@ -44,39 +45,6 @@ function reckon(store: TestStore, args: string[]): Promise<{ code: number | null
   });
 }
 
-/**
- * The scenario's downstream: the first request of a key commits its effect and the connection
- * drops without an answer; from then on, requests go to a port that refuses connections.
- */
-export async function resetThenRefuse(): Promise<Downstream> {
-  const dead = await refusingUrl();
-  const ds = new Downstream({
-    behaviour: ({ nth }): Behaviour => {
-      if (nth > 1) return OK;
-      target.url = dead;
-      return { action: 'drop' };
-    },
-  });
-  await ds.start();
-  target.url = ds.url;
-  return ds;
-}
-
-/** A queue and a worker (reclaimer and reconciler on, short intervals) for `notify`. */
-export async function scenarioQueue(url: string): Promise<Queue> {
-  const q = await openQueue({ store: url, operations: [notify], outcomePollMs: 200 });
-  cleanup.push(() => q.close());
-  const w = q.worker({
-    operations: [notify],
-    pollIntervalMs: 20,
-    reconcileIntervalMs: 50,
-    reclaimIntervalMs: 50,
-  });
-  await w.start();
-  cleanup.push(() => w.stop());
-  return q;
-}
-
 const kinds: ['sqlite' | 'postgres', string | null][] = [
   ['sqlite', null],
   ['postgres', pgReason],
@@ -88,9 +56,8 @@ describe.each(kinds)('an unproven attempt keeps a job from FAILED on %s', (kind,
     async () => {
       const store = kind === 'sqlite' ? tempSqliteStore() : await tempPgStore();
       cleanup.push(() => store.drop());
-      const ds = await resetThenRefuse();
-      cleanup.push(() => ds.close());
-      const q = await scenarioQueue(store.url);
+      const ds = await resetThenRefuse(push);
+      const q = await scenarioQueue(store.url, push);
 
       const started = Date.now();
       const err = await q.call(notify, { to: 'a@b.c' }, { key: 'mail-1', timeoutMs: 60_000 }).then(

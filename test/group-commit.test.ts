@@ -141,6 +141,9 @@ describe('GroupCommit', () => {
       void first.g.call([100]);
       const t0 = performance.now();
       const a = g.call([1]);
+      // Bounded by timer order, not by the host's speed: this 10 ms timer expires before the
+      // group's 40 ms one, and Node runs due timers in expiry order (with the microtasks of each
+      // before the next), so however late both fire, this check runs before the group's.
       await new Promise((r) => setTimeout(r, 10));
       expect(runs).toEqual([]);
       expect(await a).toEqual([1]);

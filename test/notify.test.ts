@@ -5,18 +5,15 @@
  * delivered once, or flagged for review when the killed one may have left: never twice, never
  * lost. The receiver counts requests per key.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { join, resolve } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { defineOperation, openQueue } from '../src/index.js';
 import { NOTIFY_OPERATION } from '../src/server/notify.js';
+import { holdingReceiver, startServe } from './helpers/serve.js';
 import { tempSqliteStore } from './helpers/stores.js';
+import { until } from './reliability/harness.js';
 
-const ROOT = resolve(import.meta.dirname, '..');
-const MAIN = join(ROOT, 'src', 'cli', 'main.ts');
 const cleanup: (() => unknown)[] = [];
+const push = (undo: () => unknown) => void cleanup.push(undo);
 afterEach(async () => {
   for (const c of cleanup.splice(0).reverse()) await c();
 });
@@ -27,76 +24,11 @@ const refund = defineOperation({
   execute: (input: unknown, ctx) => ctx.dispatch(() => Promise.resolve(input)),
 });
 
-function receiver() {
-  const perKey = new Map<string, number>();
-  const bodies: Record<string, unknown>[] = [];
-  let holding = true;
-  const held: ServerResponse[] = [];
-  let onRequest = () => {};
-  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
-    const key = String(req.headers['idempotency-key']);
-    perKey.set(key, (perKey.get(key) ?? 0) + 1);
-    let text = '';
-    req.setEncoding('utf8').on('data', (d: string) => (text += d));
-    req.on('end', () => {
-      bodies.push(JSON.parse(text) as Record<string, unknown>);
-      if (holding) held.push(res);
-      else res.writeHead(200).end('ok');
-      onRequest();
-    });
-  });
-  cleanup.push(() => {
-    server.closeAllConnections();
-    return new Promise((r) => server.close(r));
-  });
-  return {
-    perKey,
-    bodies,
-    release: () => (holding = false),
-    firstRequest: new Promise<void>((r) => (onRequest = r)),
-    listen: () =>
-      new Promise<string>((r) =>
-        server.listen(0, '127.0.0.1', () =>
-          r(`http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`),
-        ),
-      ),
-  };
-}
-
-function serve(storeUrl: string, hook: string): ChildProcess {
-  const child = spawn(
-    process.execPath,
-    [
-      '--import',
-      'tsx',
-      MAIN,
-      'serve',
-      '--store',
-      storeUrl,
-      '--port',
-      '0',
-      '--public-url',
-      'https://ops.example',
-      '--base-path',
-      '/reckon',
-      '--notify-lease-ms',
-      '1500',
-    ],
-    {
-      cwd: ROOT,
-      stdio: ['ignore', 'ignore', 'pipe'],
-      env: { ...process.env, RECKON_NOTIFY_URL: hook },
-    },
-  );
-  cleanup.push(() => child.kill('SIGKILL'));
-  return child;
-}
-
-async function until(what: string, ok: () => Promise<boolean> | boolean, ms = 90_000) {
-  for (const deadline = Date.now() + ms; !(await ok());) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
+/** `reckon serve` delivering notifications to `hook`. */
+function serve(storeUrl: string, hook: string) {
+  const args = ['--store', storeUrl, '--public-url', 'https://ops.example'];
+  args.push('--base-path', '/reckon', '--notify-lease-ms', '1500');
+  return startServe(args, push, { RECKON_NOTIFY_URL: hook }).child;
 }
 
 describe('notifications of waiting jobs', () => {
@@ -107,8 +39,8 @@ describe('notifications of waiting jobs', () => {
     cleanup.push(() => q.close());
     const jobs: { id: string }[] = [];
     for (let i = 1; i <= 3; i++) jobs.push(await q.enqueue(refund, { amount: i * 10 }));
-    const hook = receiver();
-    const url = await hook.listen();
+    const hook = await holdingReceiver(push, '/hook', () => ({ ok: true }));
+    const url = hook.url;
 
     const first = serve(store.url, url);
     await hook.firstRequest;
@@ -127,13 +59,17 @@ describe('notifications of waiting jobs', () => {
       (await q.jobs({ queue: NOTIFY_OPERATION, limit: 100 })).find(
         (j) => j.requestKey === keyOf(id),
       );
-    await until('every notification delivered or flagged', async () => {
-      for (const j of jobs) {
-        const n = await notifyJob(j.id);
-        if (!n || (n.state !== 'SUCCEEDED' && n.state !== 'NEEDS_REVIEW')) return false;
-      }
-      return true;
-    });
+    await until(
+      'every notification delivered or flagged',
+      async () => {
+        for (const j of jobs) {
+          const n = await notifyJob(j.id);
+          if (!n || (n.state !== 'SUCCEEDED' && n.state !== 'NEEDS_REVIEW')) return false;
+        }
+        return true;
+      },
+      90_000,
+    );
 
     for (const j of jobs) {
       const n = (await notifyJob(j.id))!;

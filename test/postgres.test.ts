@@ -247,6 +247,17 @@ describe.skipIf(pgReason !== null)(
           leaseToken: c.attempt.leaseToken,
         }));
         const other = await client(t.url);
+        const otherPid = (await other.query<{ pid: number }>('SELECT pg_backend_pid() AS pid'))
+          .rows[0]!.pid;
+        const watcher = await client(t.url);
+        // A statement of the store waits for a lock the other transaction holds.
+        const blocked = async () =>
+          (
+            await watcher.query<{ n: number }>(
+              'SELECT count(*)::int AS n FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))',
+              [otherPid],
+            )
+          ).rows[0]!.n > 0;
         const moveRows = async () => {
           await other.query('BEGIN');
           // What a heartbeat does to the attempts, and a harmless write to the jobs: new
@@ -263,7 +274,7 @@ describe.skipIf(pgReason !== null)(
 
         await moveRows();
         const marking = store.attemptDispatchMany({ leases });
-        await sleep(100); // the marker now waits for the locks
+        await until('the marker to wait for the locks', blocked);
         await other.query('COMMIT');
         const marks = await marking;
         expect(marks.map((m) => m.ok)).toEqual([true, true, true]);
@@ -280,7 +291,7 @@ describe.skipIf(pgReason !== null)(
             actor: 'w1',
           })),
         });
-        await sleep(100);
+        await until('the outcome to wait for the locks', blocked);
         await other.query('COMMIT');
         expect(await finishing).toEqual([true, true, true]);
         for (const c of claimed) {
@@ -624,7 +635,7 @@ describe.skipIf(pgReason !== null)(
     });
 
     describe('LISTEN/NOTIFY', () => {
-      it('wakes a worker polling every 5 s at once, from another process’s enqueue, also after its listener was cut', async () => {
+      it('wakes a worker polling every minute at once, from another process’s enqueue, also after its listener was cut', async () => {
         const t = await pgDatabase();
         const producer = await queueOn(t.url); // its own pool: the in-process notifier cannot help
         const consumer = await queueOn(t.url);
@@ -636,16 +647,23 @@ describe.skipIf(pgReason !== null)(
             return Promise.resolve(null);
           },
         });
-        await startWorker(consumer, { operations: [op], pollIntervalMs: 5_000, recover: false });
-        await sleep(300); // the first poll found nothing; the next one is 5 s away
+        const admin = await client(PG_ADMIN_URL);
+        const listening = `SELECT pid FROM pg_stat_activity WHERE datname = $1 AND query ILIKE 'LISTEN%'`;
+        await producer.enqueue(op, { n: 0 }, { key: 'n0' });
+        await startWorker(consumer, { operations: [op], pollIntervalMs: 60_000, recover: false });
+        // Its first poll took n0 and found nothing more: the next poll is a minute away, so only
+        // a wake runs n1. (A fixed sleep here let a slow first poll find n1 itself.)
+        await until('the first poll to take n0', () => ranAt.has('n0'), 4_000);
+        await until(
+          'the listener',
+          async () => (await admin.query(listening, [dbName(t.url)])).rowCount === 1,
+        );
 
         const t0 = Date.now();
         await producer.enqueue(op, { n: 1 }, { key: 'n1' });
         await until('the first job to run', () => ranAt.has('n1'), 4_000);
         expect(ranAt.get('n1')! - t0).toBeLessThan(1_500);
 
-        const admin = await client(PG_ADMIN_URL);
-        const listening = `SELECT pid FROM pg_stat_activity WHERE datname = $1 AND query ILIKE 'LISTEN%'`;
         const cut = await admin.query(`SELECT pg_terminate_backend(pid) FROM (${listening}) l`, [
           dbName(t.url),
         ]);
@@ -772,7 +790,7 @@ describe.skipIf(pgReason !== null)(
             op,
             Array.from({ length: N }, (_, i) => ({ input: { n: i }, key: `r${i}` })),
           );
-          await startWorker(q, {
+          const w = await startWorker(q, {
             operations: [op],
             concurrency: 8,
             leaseMs: 3_000,
@@ -784,7 +802,10 @@ describe.skipIf(pgReason !== null)(
           await until('a third of the jobs to run', () => ledger.size >= N / 3, 20_000);
           await c.stop('immediate'); // a crash: no checkpoint, recovery from WAL on start
           const doneWhileDown = ledger.size;
-          await sleep(1_000);
+          // Its loops (the claim loop every 20 ms) tried the stopped server, and failed.
+          let failures = 0;
+          w.on('error', () => void failures++);
+          await until('the worker to fail against the stopped server', () => failures >= 20);
           expect(ledger.size - doneWhileDown).toBeLessThanOrEqual(8); // only what was already in flight
           await c.start();
           await waitUntilSettled(q, { timeoutMs: 40_000 });

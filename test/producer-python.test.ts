@@ -5,13 +5,13 @@
  * the requests it received per key: one.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { join, resolve } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { openQueue } from '../src/index.js';
 import { charge } from './fixtures/http-ops.js';
+import { holdingReceiver, startServe } from './helpers/serve.js';
 import { tempSqliteStore } from './helpers/stores.js';
+import { until } from './reliability/harness.js';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const MAIN = join(ROOT, 'src', 'cli', 'main.ts');
@@ -20,41 +20,6 @@ const cleanup: (() => unknown)[] = [];
 afterEach(async () => {
   for (const c of cleanup.splice(0).reverse()) await c();
 });
-
-/** A downstream that counts requests per Idempotency-Key and holds each answer until released. */
-function downstream(): Promise<{
-  url: string;
-  perKey: Map<string, number>;
-  release: () => void;
-  server: Server;
-}> {
-  const perKey = new Map<string, number>();
-  let release!: () => void;
-  const released = new Promise<void>((r) => (release = r));
-  const server = createServer((req, res) => {
-    const key = String(req.headers['idempotency-key']);
-    perKey.set(key, (perKey.get(key) ?? 0) + 1);
-    let body = '';
-    req.setEncoding('utf8').on('data', (d: string) => (body += d));
-    req.on('end', () => {
-      void released.then(() =>
-        res
-          .writeHead(200, { 'content-type': 'application/json' })
-          .end(JSON.stringify({ charged: JSON.parse(body) as unknown, key })),
-      );
-    });
-  });
-  return new Promise((res) =>
-    server.listen(0, '127.0.0.1', () =>
-      res({
-        url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/charge`,
-        perKey,
-        release,
-        server,
-      }),
-    ),
-  );
-}
 
 function track(child: ChildProcess): ChildProcess {
   cleanup.push(() => child.kill('SIGKILL'));
@@ -71,33 +36,8 @@ function reckonJson(args: string[]): unknown {
 }
 
 function serve(storeUrl: string): Promise<string> {
-  const child = track(
-    spawn(
-      process.execPath,
-      [
-        '--import',
-        'tsx',
-        MAIN,
-        'serve',
-        '--store',
-        storeUrl,
-        '--port',
-        '0',
-        '--operations',
-        'test/fixtures/http-ops.ts',
-      ],
-      { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
-    ),
-  );
-  let err = '';
-  return new Promise((res, rej) => {
-    child.stderr!.setEncoding('utf8').on('data', (d: string) => {
-      err += d;
-      const m = /at (http:\/\/[^/\s]+)\//.exec(err);
-      if (m) res(m[1]!);
-    });
-    child.once('exit', (code) => rej(new Error(`serve exited ${code}: ${err}`)));
-  });
+  const args = ['--store', storeUrl, '--operations', 'test/fixtures/http-ops.ts'];
+  return startServe(args, (undo) => void cleanup.push(undo)).url;
 }
 
 interface Line {
@@ -138,22 +78,15 @@ function producer(base: string, token: string, key: string, waitMs: number) {
   };
 }
 
-async function until(what: string, ok: () => boolean, timeoutMs = 60_000): Promise<void> {
-  for (const deadline = Date.now() + timeoutMs; !ok();) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
 describe('a producer in Python, standard library only', () => {
   it('enqueues with a key, calls, is killed mid-wait, calls again: the same job, one effect', async () => {
     const store = tempSqliteStore();
     cleanup.push(() => store.drop());
-    const down = await downstream();
-    cleanup.push(() => {
-      down.server.closeAllConnections();
-      return new Promise((r) => down.server.close(r));
-    });
+    const down = await holdingReceiver(
+      (undo) => void cleanup.push(undo),
+      '/charge',
+      (charged, key) => ({ charged, key }),
+    );
     process.env.DOWNSTREAM_URL = down.url;
     const q = await openQueue({ store: store.url, operations: [charge] });
     cleanup.push(() => q.close());
@@ -175,7 +108,7 @@ describe('a producer in Python, standard library only', () => {
     expect(enqueued.status, first.stderr()).toBe(201);
     const jobId = (enqueued.body.job as { id: string }).id;
     // The request reached the downstream, whose answer is held: the producer is mid-wait.
-    await until('the downstream to receive the charge', () => down.perKey.size === 1);
+    await until('the downstream to receive the charge', () => down.perKey.size === 1, 60_000);
     first.child.kill('SIGKILL');
     await first.exited;
     expect(first.lines.map((l) => l.step)).toEqual(['enqueue']);

@@ -74,10 +74,20 @@ describe('SQLite cross-process wake-ups', () => {
     const elsewhere = await subscriber(tempDb());
     const q = await openQueue({ store: `sqlite:${path}`, operations: [op] });
     cleanup.push(() => q.close());
+    // Due work calls this process's subscribers and publishes to the other processes' sockets
+    // in one step (the store's onNewWork): a local subscriber shows at once whether a write
+    // published, where a wait for a byte that should not come would be a guess.
+    let published = 0;
+    const own = await q.store.workSubscribe!({
+      queues: ['default'],
+      onWork: () => void published++,
+    });
+    cleanup.push(() => own.close());
     await q.store.statsGet();
-    await sleep(50);
+    expect(published).toBe(0);
     expect(sub.woken()).toBe(0);
     await q.enqueue(op, { n: 1 }, { key: 'due' });
+    expect(published).toBeGreaterThan(0);
     expect(await until(() => sub.woken() > 0)).toBe(true);
     expect(elsewhere.woken()).toBe(0);
   });

@@ -15,20 +15,9 @@
 import process from 'node:process';
 import { chromium } from 'playwright-core';
 import { defineOperation } from 'reckon';
+import { CHROMIUM_ARGS } from '../shared/chromium.js';
 
 export const CHROMIUM_PATH = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
-
-/** Headless, no sandbox (containers), and no traffic of its own beyond the shop. */
-const CHROMIUM_ARGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
 
 const shop = () => {
   if (!process.env.SHOP_URL) throw new Error('set SHOP_URL (see startShop)');
@@ -39,7 +28,7 @@ const shop = () => {
 async function withPage(signal, use) {
   const browser = await chromium.launch({
     executablePath: CHROMIUM_PATH,
-    args: CHROMIUM_ARGS,
+    args: [...CHROMIUM_ARGS],
     headless: true,
   });
   const close = () => void browser.close().catch(() => undefined);

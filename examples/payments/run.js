@@ -35,7 +35,8 @@ const api = await startPaymentsApi();
 Object.assign(env, { PAYMENTS_URL: api.url });
 Object.assign(process.env, env);
 const dir = mkdtempSync(join(tmpdir(), 'reckon-payments-'));
-const store = `sqlite:${join(dir, 'reckon.db')}`;
+// RECKON_EXAMPLE_STORE names another store to run on, e.g. an empty PostgreSQL database.
+const store = process.env.RECKON_EXAMPLE_STORE ?? `sqlite:${join(dir, 'reckon.db')}`;
 const q = await openQueue({ store, operations: [charge, chargeByKey] });
 
 /** Runs one job on a worker that dies after the charge, then on a fresh one; the outcome. */

@@ -37,7 +37,8 @@ const OPERATIONS = fileURLToPath(new URL('./operations.js', import.meta.url));
 const AGENT = fileURLToPath(new URL('./agent.js', import.meta.url));
 const RUN = 'run-1';
 const dir = mkdtempSync(join(tmpdir(), 'reckon-research-'));
-const store = `sqlite:${join(dir, 'reckon.db')}`;
+// RECKON_EXAMPLE_STORE names another store to run on, e.g. an empty PostgreSQL database.
+const store = process.env.RECKON_EXAMPLE_STORE ?? `sqlite:${join(dir, 'reckon.db')}`;
 const q = await openQueue({ store, operations: [fetchSources, writeDraft, sendDraft] });
 
 function startAgent() {

@@ -389,49 +389,41 @@ export class HttpRefusal extends ReckonError {
   }
 }
 
-/** No credentials, or ones that are unknown, revoked or expired (401). */
-export class AuthenticationRequired extends HttpRefusal {
-  constructor(message: string) {
-    super(401, 'UNAUTHORIZED', message);
-  }
+/**
+ * The base of one kind of HTTP refusal: its status and code fixed, the message given. Each kind
+ * below is a class of its own (its name, `instanceof`), all of them `HttpRefusal`s.
+ */
+function httpRefusal(status: number, code: string): new (message: string) => HttpRefusal {
+  return class extends HttpRefusal {
+    constructor(message: string) {
+      super(status, code, message);
+    }
+  };
 }
+
+/** No credentials, or ones that are unknown, revoked or expired (401). */
+export class AuthenticationRequired extends httpRefusal(401, 'UNAUTHORIZED') {}
 
 /** The authenticated principal's role does not allow this (403). */
-export class NotPermitted extends HttpRefusal {
-  constructor(message: string) {
-    super(403, 'FORBIDDEN', message);
-  }
-}
+export class NotPermitted extends httpRefusal(403, 'FORBIDDEN') {}
 
 /** A state-changing request from another site, or a cookie session without its form token (403). */
-export class CrossSiteRequest extends HttpRefusal {
-  constructor(message: string) {
-    super(403, 'CROSS_SITE_REQUEST', message);
-  }
-}
+export class CrossSiteRequest extends httpRefusal(403, 'CROSS_SITE_REQUEST') {}
 
 /** A request body over the server's `bodyBytesMax`, or JSON nested deeper than `jsonDepthMax` (413). */
-export class RequestTooLarge extends HttpRefusal {
-  constructor(message: string) {
-    super(413, 'REQUEST_TOO_LARGE', message);
-  }
-}
+export class RequestTooLarge extends httpRefusal(413, 'REQUEST_TOO_LARGE') {}
 
 /** More requests than the server's `rateLimitMax` per `rateLimitWindowMs` for one token (429). */
-export class TooManyRequests extends HttpRefusal {
+export class TooManyRequests extends httpRefusal(429, 'TOO_MANY_REQUESTS') {
   readonly retryAfterMs: number;
   constructor(message: string, retryAfterMs: number) {
-    super(429, 'TOO_MANY_REQUESTS', message);
+    super(message);
     this.retryAfterMs = retryAfterMs;
   }
 }
 
 /** A `Host` header that names another server: refused, against DNS rebinding (421). */
-export class HostNotAllowed extends HttpRefusal {
-  constructor(message: string) {
-    super(421, 'HOST_NOT_ALLOWED', message);
-  }
-}
+export class HostNotAllowed extends httpRefusal(421, 'HOST_NOT_ALLOWED') {}
 
 /** `reckon tokens create` with a name already used by another token. */
 export class TokenNameTaken extends ReckonError {

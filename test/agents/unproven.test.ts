@@ -11,14 +11,15 @@ import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
 import { generateText, stepCountIs } from 'ai';
 import { MockLanguageModelV3 } from 'ai/test';
 import { afterEach, describe, expect, it } from 'vitest';
-import { openQueue, type Queue } from '../../src/index.js';
+import type { Queue } from '../../src/index.js';
 import { durableTool as aiTool } from '../../src/agents/ai.js';
 import { createMcpServer, KEY_META } from '../../src/agents/mcp.js';
 import { durableTool as agentsTool } from '../../src/agents/openai-agents.js';
 import type { ToolAnswer } from '../../src/agents/outcome.js';
-import { Downstream, OK, type Behaviour } from '../../src/testkit/downstream.js';
-import { notify, refusingUrl, target } from '../fixtures/proof-ops.js';
+import type { Downstream } from '../../src/testkit/downstream.js';
+import { notify } from '../fixtures/proof-ops.js';
 import { tempSqliteStore } from '../helpers/stores.js';
+import { resetThenRefuse, scenarioQueue } from '../helpers/unproven.js';
 
 setTracingDisabled(true);
 
@@ -34,28 +35,9 @@ const WAIT_MS = 60_000;
 async function scenario(): Promise<{ q: Queue; ds: Downstream }> {
   const store = tempSqliteStore();
   cleanup.push(() => store.drop());
-  const dead = await refusingUrl();
-  const ds = new Downstream({
-    behaviour: ({ nth }): Behaviour => {
-      if (nth > 1) return OK;
-      target.url = dead;
-      return { action: 'drop' };
-    },
-  });
-  await ds.start();
-  target.url = ds.url;
-  cleanup.push(() => ds.close());
-  const q = await openQueue({ store: store.url, operations: [notify], outcomePollMs: 200 });
-  cleanup.push(() => q.close());
-  const w = q.worker({
-    operations: [notify],
-    pollIntervalMs: 20,
-    reconcileIntervalMs: 50,
-    reclaimIntervalMs: 50,
-  });
-  await w.start();
-  cleanup.push(() => w.stop());
-  return { q, ds };
+  const push = (undo: () => unknown) => void cleanup.push(undo);
+  const ds = await resetThenRefuse(push);
+  return { q: await scenarioQueue(store.url, push), ds };
 }
 
 function expectUnprovenAnswer(answer: ToolAnswer, ds: Downstream): void {

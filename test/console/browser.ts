@@ -11,6 +11,7 @@ import type { AddressInfo } from 'node:net';
 import { createServer, type Server } from 'node:http';
 import { randomUUID } from 'node:crypto';
 import { chromium, type Browser, type Page } from 'playwright-core';
+import { CHROMIUM_ARGS } from '../../examples/shared/chromium.js';
 import { expect } from 'vitest';
 import type { Queue } from '../../src/runtime/queue.js';
 import { createReckonApp } from '../../src/server/app.js';
@@ -30,16 +31,7 @@ export function chromiumMissing(): string | null {
 export function launchChromium(): Promise<Browser> {
   return chromium.launch({
     executablePath: CHROMIUM,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
+    args: [...CHROMIUM_ARGS],
   });
 }
 

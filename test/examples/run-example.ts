@@ -5,6 +5,8 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { openQueue } from '../../src/index.js';
+import { pgUnavailableReason, tempPgStore, type StoreKind } from '../helpers/stores.js';
 
 export const ROOT = resolve(import.meta.dirname, '..', '..');
 
@@ -42,4 +44,29 @@ export function failedChecks(out: string): string[] {
     .split('\n')
     .filter((l) => l.trimStart().startsWith('FAIL '))
     .map((l) => l.trim());
+}
+
+/** Why PostgreSQL is not there (the examples' PostgreSQL runs skip), or null; throws in CI. */
+export const pgReason = await pgUnavailableReason();
+
+/**
+ * Runs `fn` with the environment that points an example at a store of its own: the example's
+ * temporary SQLite file, or a PostgreSQL database made for it (`RECKON_EXAMPLE_STORE`), checked
+ * to hold the example's jobs afterwards (so a run that ignored it fails), and dropped after.
+ */
+export async function exampleStore<T>(
+  kind: StoreKind,
+  fn: (env: Record<string, string>) => Promise<T>,
+): Promise<T> {
+  if (kind === 'sqlite') return fn({});
+  const store = await tempPgStore();
+  try {
+    const out = await fn({ RECKON_EXAMPLE_STORE: store.url });
+    const q = await openQueue({ store: store.url });
+    const jobs = await q.jobs({ limit: 1 }).finally(() => q.close());
+    if (jobs.length === 0) throw new Error(`the example wrote no job to ${store.url}`);
+    return out;
+  } finally {
+    await store.drop();
+  }
 }

@@ -1,0 +1,2 @@
+/** Chromium's launch flags (see chromium.js). */
+export declare const CHROMIUM_ARGS: readonly string[];
