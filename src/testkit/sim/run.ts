@@ -29,6 +29,7 @@ import {
   type SimFlavour,
 } from './sim-downstream.js';
 import { processStore, type StoreFaultRates } from './sim-store.js';
+import { SimStalls } from './stalls.js';
 import { judgeSim, type SimRecords } from './sim-verdict.js';
 import { World, type SimProcess } from './world.js';
 
@@ -111,6 +112,7 @@ class SimRun {
   private storeFaults: StoreFaultRates;
   private operator: Queue | undefined;
   private readonly served = new Map<SimProcess, Set<string>>();
+  private readonly stalls: SimStalls;
 
   constructor(
     readonly world: World,
@@ -118,6 +120,7 @@ class SimRun {
     readonly real: Store,
   ) {
     this.downstream = new SimDownstream(world);
+    this.stalls = new SimStalls(world, real, s);
     this.startedAt = world.now;
     this.storeFaults = {
       failBefore: s.faults.has('store') ? 0.03 : 0,
@@ -183,7 +186,8 @@ class SimRun {
       crashed: false,
       frozenUntil: 0,
     };
-    const queue = this.queueFor(proc, s.fleets[s.processes[slot]!.fleet]!);
+    const fleet = s.processes[slot]!.fleet;
+    const queue = this.queueFor(proc, s.fleets[fleet]!, fleet === s.oldFleet);
     const served = this.served.get(proc)!;
     const worker = queue.worker({
       operations: queue.knownOperations().filter((op) => served.has(op.name)),
@@ -203,7 +207,7 @@ class SimRun {
     void worker.start();
   }
 
-  private queueFor(proc: SimProcess, flavours: readonly SimFlavour[]): Queue {
+  private queueFor(proc: SimProcess, flavours: readonly SimFlavour[], old = false): Queue {
     const store = processStore({
       world: this.world,
       real: this.real,
@@ -212,10 +216,11 @@ class SimRun {
       onPrune: (h) => {
         for (const d of h) this.records.pruned.set(d.job.id, d);
       },
+      beforeCall: (name, args) => this.stalls.maybeStall(proc, name, args),
     });
     // Every process knows every operation (clients enqueue any); its worker serves its fleet's.
     const operations: AnyOperation[] = SIM_FLAVOURS.map((f) =>
-      simOperation(f, this.s.op, this.downstream, proc),
+      simOperation(f, this.s.op, this.downstream, proc, old),
     );
     this.served.set(proc, new Set(flavours.map(simOperationName)));
     return new Queue(store, {
@@ -281,6 +286,7 @@ class SimRun {
 
   private beginCalm(): void {
     this.calm = true;
+    this.stalls.calm = true;
     this.downstream.rates = HEALTHY;
     this.storeFaults = { ...this.storeFaults, failBefore: 0, failAfter: 0 };
     this.world.log(null, 'calm: faults end; crashed processes restart');
@@ -364,6 +370,7 @@ class SimRun {
         }
         if (err instanceof StoreError) return void again(world.int(50, 1_000));
         this.pending--;
+        if (this.forgotten(err)) return world.log(inc.proc, `${job.key}: its job was pruned`);
         this.internal(`${op} ${job.key}`, err);
       },
     );
@@ -402,6 +409,16 @@ class SimRun {
           this.internal(`conflicting enqueue ${job.key}`, err);
       },
     );
+  }
+
+  /**
+   * A waiter told that its job is gone, after retention deleted the job's history: the
+   * retention limit (the process waiting was stalled past it), and a true answer.
+   */
+  private forgotten(err: unknown): boolean {
+    if (!(err instanceof JobNotFound)) return false;
+    const id = /"([^"]+)"/.exec(err.message)?.[1];
+    return id !== undefined && this.records.pruned.has(id);
   }
 
   private internal(what: string, err: unknown): void {

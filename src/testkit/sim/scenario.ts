@@ -22,8 +22,16 @@ export const SIM_FAULTS = [
   'operators',
   'retention',
   'conflicts',
+  'stall',
+  'versions',
 ] as const;
 export type SimFault = (typeof SIM_FAULTS)[number];
+
+/**
+ * Kinds added after the first release of the simulator: drawn after everything else, so that
+ * a seed without them keeps the scenario (and the interleaving) it had before they existed.
+ */
+const LATER_FAULTS: readonly SimFault[] = ['stall', 'versions'];
 
 export interface SimLimits {
   /** At most this many jobs (the shrinker lowers it). */
@@ -60,6 +68,12 @@ export interface SimScenario {
   /** Longest freeze that keeps the lookup horizon's promise (see docs/chaos.md on pauses). */
   freezeMsMax: number;
   retentionMs: number | null;
+  /**
+   * The fleet (index) that runs an older version of the lookup operations, one without a
+   * lookup (`versions`): its workers and reclaimers schedule an UNKNOWN job's first check at
+   * once, as a fleet of an older release would. Null: every fleet runs the same version.
+   */
+  oldFleet: number | null;
 }
 
 /** The scenario's own generator (a different stream from the world's, same seed). */
@@ -86,9 +100,12 @@ function pick<T>(w: Draw, xs: readonly T[]): T {
  */
 export function chooseScenario(seed: number, limits: SimLimits = {}): SimScenario {
   const w = new Draw(seed);
-  const faults = new Set<SimFault>(SIM_FAULTS.filter(() => w.chance(0.55)));
+  const faults = new Set<SimFault>(
+    SIM_FAULTS.filter((f) => !LATER_FAULTS.includes(f) && w.chance(0.55)),
+  );
   const all = new Set(faults);
-  for (const f of limits.without ?? []) faults.delete(f);
+  const without = new Set(limits.without ?? []);
+  for (const f of without) faults.delete(f);
   const leaseMs = pick(w, [1_000, 1_500, 2_000]);
   const tol = pick(w, [200, 400]);
   const op: SimOperationSettings = {
@@ -127,6 +144,12 @@ export function chooseScenario(seed: number, limits: SimLimits = {}): SimScenari
     };
   }).slice(0, limits.jobsMax ?? Infinity);
   const retentionMs = w.int(4_000, 12_000);
+  for (const f of LATER_FAULTS)
+    if (w.chance(0.55)) {
+      all.add(f);
+      if (!without.has(f)) faults.add(f);
+    }
+  const oldFleet = faults.has('versions') ? withOldFleet(fleets, processes) : null;
   return {
     fleets,
     processes,
@@ -149,7 +172,20 @@ export function chooseScenario(seed: number, limits: SimLimits = {}): SimScenari
     freezeMsMax: op.timeoutMs + op.graceMs - tol - 2 * storeLatencyMsMax - 40 - 100,
     retentionMs: faults.has('retention') ? retentionMs : null,
     seedFaults: all,
+    oldFleet,
   };
+}
+
+/**
+ * Two fleets on one store, the second running an older version of the lookup operations:
+ * both serve them, and each fleet has a process. Returns the old fleet's index.
+ */
+function withOldFleet(fleets: SimFlavour[][], processes: SimScenario['processes']): number {
+  if (fleets.length === 1) fleets.push([...fleets[0]!]);
+  for (const fleet of fleets) if (!fleet.includes('lookup')) fleet.push('lookup');
+  if (processes.length < 2) processes.push({ fleet: 1, skewMs: 0 });
+  processes.forEach((p, i) => (p.fleet = i % 2));
+  return 1;
 }
 
 /** Two fleets with different operation tables; every flavour is served by one of them. */

@@ -33,13 +33,16 @@ export function processStore(p: {
   proc: SimProcess;
   faults: () => StoreFaultRates;
   onPrune: PrunedSink;
+  /** Told of each call as the process makes it: true stalls the process before this call. */
+  beforeCall?: (name: string, args: unknown[]) => boolean;
 }): Store {
   const { world, real, proc } = p;
   const call = (name: string, args: unknown[]): Promise<unknown> =>
     new Promise((resolve, reject) => {
+      const stalled = p.beforeCall?.(name, args) === true;
       const f = p.faults();
       const lat = () => world.int(0, f.latencyMsMax);
-      world.schedule(lat(), proc, `store.${name}`, async () => {
+      world.schedule(lat(), proc, `${stalled ? 'stalled' : 'store'}.${name}`, async () => {
         // Errors are what the real store threw: passed on as they are.
         let out: { ok: true; value: unknown } | { ok: false; err: Error };
         if (world.chance(f.failBefore)) {
