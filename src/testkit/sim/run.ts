@@ -29,6 +29,7 @@ import {
   type SimFlavour,
 } from './sim-downstream.js';
 import { processStore, type StoreFaultRates } from './sim-store.js';
+import { SimRestore } from './restore.js';
 import { SimStalls } from './stalls.js';
 import { judgeSim, type SimRecords } from './sim-verdict.js';
 import { World, type SimProcess } from './world.js';
@@ -69,13 +70,18 @@ interface Incarnation {
 export async function runSim(o: SimRunOptions): Promise<SimResult> {
   const world = new World(o.seed, o.trace === true);
   const s = chooseScenario(o.seed, o);
-  const real = new SqliteStore({ path: ':memory:', clock: () => world.storeNow() });
+  const real = new SqliteStore({
+    path: ':memory:',
+    image: await migratedImage(),
+    clock: () => world.storeNow(),
+  });
   await real.init();
   const run = new SimRun(world, s, real);
   try {
     await run.go();
     const details = await run.details();
-    const violations = judgeSim(details, run.downstream, run.records);
+    const judged = run.restores.judged(details, run.downstream, run.records);
+    const violations = judgeSim(judged.details, judged.ledger, judged.records);
     if (world.trace) for (const d of details) world.log('journal', journalLine(d, run.downstream));
     return {
       seed: o.seed,
@@ -88,7 +94,8 @@ export async function runSim(o: SimRunOptions): Promise<SimResult> {
       ...(world.trace ? { trace: world.trace } : {}),
     };
   } finally {
-    await real.close();
+    await run.real.close();
+    for (const old of run.restores.retired) await old.close();
   }
 }
 
@@ -113,14 +120,17 @@ class SimRun {
   private operator: Queue | undefined;
   private readonly served = new Map<SimProcess, Set<string>>();
   private readonly stalls: SimStalls;
+  readonly restores = new SimRestore();
+  /** Between the host's loss and the restore: no process starts. */
+  private restoring = false;
 
   constructor(
     readonly world: World,
     readonly s: SimScenario,
-    readonly real: Store,
+    public real: SqliteStore,
   ) {
     this.downstream = new SimDownstream(world);
-    this.stalls = new SimStalls(world, real, s);
+    this.stalls = new SimStalls(world, () => this.real, s);
     this.startedAt = world.now;
     this.storeFaults = {
       failBefore: s.faults.has('store') ? 0.03 : 0,
@@ -137,6 +147,10 @@ class SimRun {
     if (s.faults.has('operators')) this.startOperator();
     for (const job of s.jobs) world.schedule(job.atMs, null, 'client', () => this.submit(job, 1));
     this.scheduleFaults();
+    if (s.restore) {
+      world.schedule(s.restore.backupAtMs, null, 'backup', () => this.backup());
+      world.schedule(s.restore.lostAtMs, null, 'host-lost', () => this.hostLost());
+    }
     world.schedule(s.chaosMs, null, 'calm', () => this.beginCalm());
     await world.run(world.now + s.chaosMs + CALM_MS_MAX, () => this.settled, STEPS_MAX);
   }
@@ -176,6 +190,7 @@ class SimRun {
   /** A process (re)starts in its slot: a new incarnation with its own clock view and store handle. */
   private start(slot: number): void {
     const { world, s } = this;
+    if (this.restoring) return; // the restore starts every slot
     const gen = (this.generation[slot] = (this.generation[slot] ?? 0) + 1);
     const tol = s.worker.clockSkewToleranceMs;
     // The first incarnation has the scenario's skew; a restarted one, a fresh one.
@@ -210,13 +225,14 @@ class SimRun {
   private queueFor(proc: SimProcess, flavours: readonly SimFlavour[], old = false): Queue {
     const store = processStore({
       world: this.world,
-      real: this.real,
+      real: () => this.real,
       proc,
       faults: () => this.storeFaults,
       onPrune: (h) => {
         for (const d of h) this.records.pruned.set(d.job.id, d);
       },
       beforeCall: (name, args) => this.stalls.maybeStall(proc, name, args),
+      afterCall: (name, args, value) => this.stalls.observe(name, args, value),
     });
     // Every process knows every operation (clients enqueue any); its worker serves its fleet's.
     const operations: AnyOperation[] = SIM_FLAVOURS.map((f) =>
@@ -282,6 +298,28 @@ class SimRun {
     const ms = this.world.int(this.s.worker.leaseMs + 1, this.freezeMsMax());
     proc.frozenUntil = this.world.now + ms;
     this.world.log(proc, `FREEZE ${ms} ms`);
+  }
+
+  private backup(): void {
+    this.restores.backup(this.real);
+    this.world.log(null, 'BACKUP taken');
+  }
+
+  /** The host is lost: every process stops; the backup is restored a little later. */
+  private hostLost(): void {
+    if (!this.restores.taken) return;
+    const { world } = this;
+    this.restoring = true;
+    for (const inc of this.slots) inc.proc.crashed = true;
+    world.log(null, 'HOST LOST: every process stops');
+    // The restore runs after the old host's clocks, however skewed, have passed its last moment.
+    const tol = this.s.worker.clockSkewToleranceMs;
+    world.schedule(world.int(tol + 50, 2_000), null, 'restore', async () => {
+      this.real = await this.restores.restore(this.real, world.now, () => world.storeNow());
+      world.log(null, 'RESTORED from the backup (reckon restore, --reconcile unfinished)');
+      this.restoring = false;
+      this.slots.forEach((_, slot) => this.start(slot));
+    });
   }
 
   private beginCalm(): void {
@@ -358,7 +396,7 @@ class SimRun {
         this.pending--;
         const jobId = 'jobId' in r ? r.jobId : r.id;
         this.records.acks.push({ key: job.key, operation: op, jobId });
-        if ('jobId' in r) this.records.answers.push(r as CallOutcome);
+        if ('jobId' in r) this.records.answers.push({ ...(r as CallOutcome), at: world.now });
         this.afterAck(job);
       },
       (err: unknown) => {
@@ -501,6 +539,22 @@ class SimRun {
     for (const [id, d] of this.records.pruned) if (!live.has(id)) out.push(d);
     return out;
   }
+}
+
+let template: Promise<Buffer> | undefined;
+
+/** An empty store with every migration applied, made once: each run opens a copy of it. */
+function migratedImage(): Promise<Buffer> {
+  template ??= (async () => {
+    const store = new SqliteStore({ path: ':memory:' });
+    await store.init();
+    try {
+      return store.serialize();
+    } finally {
+      await store.close();
+    }
+  })();
+  return template;
 }
 
 async function settledNow(store: Store): Promise<boolean> {

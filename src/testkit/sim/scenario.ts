@@ -24,6 +24,7 @@ export const SIM_FAULTS = [
   'conflicts',
   'stall',
   'versions',
+  'restore',
 ] as const;
 export type SimFault = (typeof SIM_FAULTS)[number];
 
@@ -31,7 +32,7 @@ export type SimFault = (typeof SIM_FAULTS)[number];
  * Kinds added after the first release of the simulator: drawn after everything else, so that
  * a seed without them keeps the scenario (and the interleaving) it had before they existed.
  */
-const LATER_FAULTS: readonly SimFault[] = ['stall', 'versions'];
+const LATER_FAULTS: readonly SimFault[] = ['stall', 'versions', 'restore'];
 
 export interface SimLimits {
   /** At most this many jobs (the shrinker lowers it). */
@@ -74,6 +75,8 @@ export interface SimScenario {
    * once, as a fleet of an older release would. Null: every fleet runs the same version.
    */
   oldFleet: number | null;
+  /** A backup taken at `backupAtMs`, the host lost and the backup restored at `lostAtMs`. */
+  restore: { backupAtMs: number; lostAtMs: number } | null;
 }
 
 /** The scenario's own generator (a different stream from the world's, same seed). */
@@ -150,6 +153,10 @@ export function chooseScenario(seed: number, limits: SimLimits = {}): SimScenari
       if (!without.has(f)) faults.add(f);
     }
   const oldFleet = faults.has('versions') ? withOldFleet(fleets, processes) : null;
+  const backupAtMs = w.int(Math.floor(chaosMs * 0.2), Math.floor(chaosMs * 0.6));
+  const restore = faults.has('restore')
+    ? { backupAtMs, lostAtMs: w.int(backupAtMs + 1_000, chaosMs) }
+    : null;
   return {
     fleets,
     processes,
@@ -170,9 +177,11 @@ export function chooseScenario(seed: number, limits: SimLimits = {}): SimScenari
     // Sent after its marker and past its lookup horizon, a request is a limit reckon states, not
     // a promise it breaks: a freeze stays within timeout + grace, less skew and the legs.
     freezeMsMax: op.timeoutMs + op.graceMs - tol - 2 * storeLatencyMsMax - 40 - 100,
-    retentionMs: faults.has('retention') ? retentionMs : null,
+    // A restore brings pruned histories back: the two are not judged together.
+    retentionMs: faults.has('retention') && !restore ? retentionMs : null,
     seedFaults: all,
     oldFleet,
+    restore,
   };
 }
 

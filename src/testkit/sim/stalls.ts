@@ -12,7 +12,7 @@
  * README states, which the freezes' cap keeps within the lookup horizon, and an enqueue held
  * past retention would rightly be a new request.
  */
-import type { LeaseRef, Store } from '../../store/store.js';
+import type { DispatchMarkResult, LeaseRef, Store } from '../../store/store.js';
 import type { SimScenario } from './scenario.js';
 import type { SimProcess, World } from './world.js';
 
@@ -20,18 +20,25 @@ import type { SimProcess, World } from './world.js';
 const STALLED_CALLS = new Set(['attemptDispatchMany', 'attemptFinishMany']);
 /** The chance that one of those calls stalls (while the seed has stalls left). */
 const STALL_CHANCE = 0.1;
-/** How often a stall looks whether its job was taken over (virtual ms). */
-const STALL_CHECK_MS = 50;
+/** How often a stall looks whether its job settled meanwhile (virtual ms). */
+const STALL_CHECK_MS = 500;
 const SETTLED = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED', 'NEEDS_REVIEW']);
+
+interface Stall {
+  proc: SimProcess;
+  lease: LeaseRef;
+  until: number;
+}
 
 export class SimStalls {
   private left: number;
+  private readonly active: Stall[] = [];
   /** No stall begins once the faults end. */
   calm = false;
 
   constructor(
     private readonly world: World,
-    private readonly real: Store,
+    private readonly real: () => Store,
     private readonly s: SimScenario,
   ) {
     this.left = s.faults.has('stall') ? world.int(1, 3) : 0;
@@ -47,17 +54,37 @@ export class SimStalls {
     const { world } = this;
     world.stall(proc);
     world.log(proc, `STALL before ${name} […${lease.jobId.slice(-6)}#${lease.attemptNo}]`);
-    const until = world.now + this.capMs();
+    const stall: Stall = { proc, lease, until: world.now + this.capMs() };
+    this.active.push(stall);
     const check = async (): Promise<void> => {
-      if (world.now < until && !(await this.takenOver(lease))) {
-        world.schedule(STALL_CHECK_MS, null, 'stall-check', check);
-        return;
-      }
-      world.log(proc, 'stall ends');
-      world.unstall(proc);
+      if (!proc.stalled) return;
+      if (world.now < stall.until && !(await this.settled(lease.jobId)))
+        return void world.schedule(STALL_CHECK_MS, null, 'stall-check', check);
+      this.end(stall);
     };
     world.schedule(STALL_CHECK_MS, null, 'stall-check', check);
     return true;
+  }
+
+  /**
+   * Told of every store call that ran: a dispatch marker committed for a later attempt of a
+   * stalled job is the takeover its stall waits for.
+   */
+  observe(name: string, args: unknown[], value: unknown): void {
+    if (name !== 'attemptDispatchMany' || this.active.length === 0) return;
+    const leases = (args[0] as { leases: LeaseRef[] }).leases;
+    const marks = value as DispatchMarkResult[];
+    leases.forEach((l, i) => {
+      if (!marks[i]?.ok) return;
+      for (const stall of [...this.active])
+        if (stall.lease.jobId === l.jobId && l.attemptNo > stall.lease.attemptNo) this.end(stall);
+    });
+  }
+
+  private end(stall: Stall): void {
+    this.active.splice(this.active.indexOf(stall), 1);
+    this.world.log(stall.proc, 'stall ends');
+    this.world.unstall(stall.proc);
   }
 
   /** Long enough for a reclaim, the lookup horizon, a lookup and a retry's dispatch. */
@@ -66,10 +93,9 @@ export class SimStalls {
     return 2 * (op.timeoutMs + op.graceMs) + 3 * worker.leaseMs;
   }
 
-  private async takenOver(lease: LeaseRef): Promise<boolean> {
-    const d = await this.real.jobGet({ id: lease.jobId });
-    if (!d || SETTLED.has(d.job.state)) return true;
-    return d.attempts.some((a) => a.attemptNo > lease.attemptNo && a.dispatchedAt !== null);
+  private async settled(jobId: string): Promise<boolean> {
+    const d = await this.real().jobGet({ id: jobId });
+    return !d || SETTLED.has(d.job.state);
   }
 }
 
