@@ -12,7 +12,7 @@ switches=$(node --input-type=module -e \
 for sw in $switches; do
   out=$(NODE_ENV=test RECKON_UNSAFE_DISABLE_SAFEGUARD="$sw" \
     node dist/cli/main.js sim --seeds "$n" --no-shrink 2>/dev/null || true)
-  seed=$(grep -oE '^seed [0-9]+: FAILED' <<<"$out" | head -n 1 | grep -oE '[0-9]+' || true)
+  seed=$(grep -oE '^seed [0-9]+:$' <<<"$out" | head -n 1 | grep -oE '[0-9]+' || true)
   finding=$(grep -m 1 -E '^  - ' <<<"$out" | sed -E 's/^  - //' || true)
   printf '%-26s %-8s %s\n' "$sw" "${seed:-none}" "${finding:-not found within $n seeds}"
 done

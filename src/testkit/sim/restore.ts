@@ -26,6 +26,11 @@ export class SimRestore {
   readonly retired: SqliteStore[] = [];
   restoredAt: number | null = null;
 
+  /** A key whose job the restore lost (enqueued after the backup). */
+  forgot(key: string): boolean {
+    return this.forgotten.has(key);
+  }
+
   get taken(): boolean {
     return this.image !== null;
   }

@@ -147,16 +147,9 @@ export function chooseScenario(seed: number, limits: SimLimits = {}): SimScenari
     };
   }).slice(0, limits.jobsMax ?? Infinity);
   const retentionMs = w.int(4_000, 12_000);
-  for (const f of LATER_FAULTS)
-    if (w.chance(0.55)) {
-      all.add(f);
-      if (!without.has(f)) faults.add(f);
-    }
+  drawLater(w, all, faults, without);
   const oldFleet = faults.has('versions') ? withOldFleet(fleets, processes) : null;
-  const backupAtMs = w.int(Math.floor(chaosMs * 0.2), Math.floor(chaosMs * 0.6));
-  const restore = faults.has('restore')
-    ? { backupAtMs, lostAtMs: w.int(backupAtMs + 1_000, chaosMs) }
-    : null;
+  const restore = restoreTimes(w, chaosMs, faults.has('restore'));
   return {
     fleets,
     processes,
@@ -183,6 +176,22 @@ export function chooseScenario(seed: number, limits: SimLimits = {}): SimScenari
     oldFleet,
     restore,
   };
+}
+
+/** The kinds added later, drawn last (see LATER_FAULTS). */
+function drawLater(w: Draw, all: Set<SimFault>, faults: Set<SimFault>, without: Set<SimFault>) {
+  for (const f of LATER_FAULTS)
+    if (w.chance(0.55)) {
+      all.add(f);
+      if (!without.has(f)) faults.add(f);
+    }
+}
+
+/** When the backup is taken, and when the host is lost (and the backup restored). */
+function restoreTimes(w: Draw, chaosMs: number, on: boolean): SimScenario['restore'] {
+  const backupAtMs = w.int(Math.floor(chaosMs * 0.2), Math.floor(chaosMs * 0.6));
+  const lostAtMs = w.int(backupAtMs + 1_000, chaosMs);
+  return on ? { backupAtMs, lostAtMs } : null;
 }
 
 /**
