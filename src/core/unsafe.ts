@@ -22,6 +22,10 @@
  *   RECKON_UNSAFE_DISABLE_SAFEGUARD=same-key-resend  the reconciler resends every UNKNOWN request
  *                                                    with its key, as if every downstream
  *                                                    deduplicated by it (invariant 5)
+ *   RECKON_UNSAFE_DISABLE_SAFEGUARD=restore-keeps-approvals   a restore from a backup leaves
+ *                                                    jobs awaiting approval waiting (issue #33.2,
+ *                                                    before its fix), though a person may have
+ *                                                    decided them on the old host after the backup
  *
  * Read once, when this module loads. Honoured only when NODE_ENV=test; anywhere else the variable
  * is ignored with a warning on stderr, so a stray setting can never weaken a real deployment.
@@ -38,6 +42,7 @@ export const SAFEGUARDS = [
   'unfenced-outcome',
   'new-key-on-retry',
   'same-key-resend',
+  'restore-keeps-approvals',
 ] as const;
 export type Safeguard = (typeof SAFEGUARDS)[number];
 

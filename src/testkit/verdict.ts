@@ -136,7 +136,10 @@ export function judgeDetails(
       if (a.reason === 'lease-expired-before-dispatch') v.expiredBeforeDispatch++;
     }
     v.lateEvidence += events.filter((e) => e.kind === 'late-evidence').length;
-    const dispatched = attempts.some((a) => a.dispatchedAt !== null);
+    // A restore sends an approval in doubt to review: the old host may have approved it and
+    // written its marker after the backup. The reviewer's resolution is then the evidence.
+    const restoredApproval = events.some((e) => e.kind === 'restored-approval-in-doubt');
+    const dispatched = attempts.some((a) => a.dispatchedAt !== null) || restoredApproval;
     if (!dispatched && effects > 0)
       flag('effect-without-marker', 'an effect without any dispatch marker (invariant 3)');
     if (job.state === 'SUCCEEDED' && effects !== 1)
@@ -144,10 +147,11 @@ export function judgeDetails(
     if ((job.state === 'FAILED' || job.state === 'CANCELLED') && effects !== 0)
       flag('effect-after-failure', `${job.state} but the downstream committed the effect`);
     const awaited = events.some((e) => e.kind === 'enqueued' && e.toState === 'AWAITING_APPROVAL');
-    if (awaited && !events.some((e) => e.kind === 'approved') && (attempts.length || effects))
+    const decided = events.some((e) => e.kind === 'approved') || restoredApproval;
+    if (awaited && !decided && (attempts.length || effects))
       flag('unapproved-attempt', 'never approved, yet it has an attempt or an effect');
     if (job.state === 'NEEDS_REVIEW') {
-      const unknown = attempts.some((a) => a.state === 'UNKNOWN');
+      const unknown = attempts.some((a) => a.state === 'UNKNOWN') || restoredApproval;
       const reviewEvent = events.some((e) => e.toState === 'NEEDS_REVIEW');
       if (!unknown || !reviewEvent)
         flag(

@@ -10,6 +10,7 @@
  *   approving it again blindly could send twice, or reverse a denial.
  */
 import { assertJobTransition } from '../../core/states.js';
+import { DISABLED_SAFEGUARD } from '../../core/unsafe.js';
 import type { EventWrite } from './types.js';
 
 export type RestoreReconcile = 'unfinished' | 'leased' | 'none';
@@ -23,7 +24,12 @@ export function restoreMarks(mode: RestoreReconcile): {
   queued: boolean;
   approvals: boolean;
 } {
-  return { leased: mode !== 'none', queued: mode === 'unfinished', approvals: mode !== 'none' };
+  return {
+    leased: mode !== 'none',
+    queued: mode === 'unfinished',
+    // Test-only sabotage (core/unsafe.ts, NODE_ENV=test): restored approvals left waiting.
+    approvals: mode !== 'none' && DISABLED_SAFEGUARD !== 'restore-keeps-approvals',
+  };
 }
 
 /**

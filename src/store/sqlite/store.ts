@@ -78,6 +78,12 @@ export interface SqliteStoreOptions {
   clock?: () => number;
   /** How often a subscription checks `data_version` (default `WORK_CHECK_INTERVAL_MS`). */
   workCheckIntervalMs?: number;
+  /**
+   * With `path: ':memory:'`: start from this database image (`serialize()` of another store)
+   * instead of an empty one. The simulator opens each run from one migrated image, and takes
+   * its backups and restores with it.
+   */
+  image?: Buffer;
 }
 
 export const DEFAULT_BUSY_TIMEOUT_MS = 10_000;
@@ -162,7 +168,10 @@ export class SqliteStore implements Store {
     if (this.db) return Promise.resolve();
     let db: Database.Database;
     try {
-      db = new Database(this.options.path, { timeout: this.busyTimeoutMs });
+      const { image, path } = this.options;
+      db = new Database(image && path === ':memory:' ? image : path, {
+        timeout: this.busyTimeoutMs,
+      });
     } catch (err) {
       return Promise.reject(this.classifyOpenError(err));
     }
@@ -258,6 +267,11 @@ export class SqliteStore implements Store {
 
   schemaVersion(): Promise<number> {
     return Promise.resolve(this.currentVersion());
+  }
+
+  /** The whole database as one image (a consistent snapshot), for `image` (see above). */
+  serialize(): Buffer {
+    return this.conn().serialize();
   }
 
   async close(): Promise<void> {

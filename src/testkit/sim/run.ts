@@ -6,6 +6,7 @@
  * `Worker` through their public API, on the world's clock.
  */
 import {
+  ApprovalExpired,
   JobNotFound,
   JobStateConflict,
   OutcomePending,
@@ -29,6 +30,8 @@ import {
   type SimFlavour,
 } from './sim-downstream.js';
 import { processStore, type StoreFaultRates } from './sim-store.js';
+import { SimRestore } from './restore.js';
+import { SimStalls } from './stalls.js';
 import { judgeSim, type SimRecords } from './sim-verdict.js';
 import { World, type SimProcess } from './world.js';
 
@@ -68,13 +71,18 @@ interface Incarnation {
 export async function runSim(o: SimRunOptions): Promise<SimResult> {
   const world = new World(o.seed, o.trace === true);
   const s = chooseScenario(o.seed, o);
-  const real = new SqliteStore({ path: ':memory:', clock: () => world.storeNow() });
+  const real = new SqliteStore({
+    path: ':memory:',
+    image: await migratedImage(),
+    clock: () => world.storeNow(),
+  });
   await real.init();
   const run = new SimRun(world, s, real);
   try {
     await run.go();
     const details = await run.details();
-    const violations = judgeSim(details, run.downstream, run.records);
+    const judged = run.restores.judged(details, run.downstream, run.records);
+    const violations = judgeSim(judged.details, judged.ledger, judged.records);
     if (world.trace) for (const d of details) world.log('journal', journalLine(d, run.downstream));
     return {
       seed: o.seed,
@@ -87,7 +95,8 @@ export async function runSim(o: SimRunOptions): Promise<SimResult> {
       ...(world.trace ? { trace: world.trace } : {}),
     };
   } finally {
-    await real.close();
+    await run.real.close();
+    for (const old of run.restores.retired) await old.close();
   }
 }
 
@@ -111,13 +120,18 @@ class SimRun {
   private storeFaults: StoreFaultRates;
   private operator: Queue | undefined;
   private readonly served = new Map<SimProcess, Set<string>>();
+  private readonly stalls: SimStalls;
+  readonly restores = new SimRestore();
+  /** Between the host's loss and the restore: no process starts. */
+  private restoring = false;
 
   constructor(
     readonly world: World,
     readonly s: SimScenario,
-    readonly real: Store,
+    public real: SqliteStore,
   ) {
     this.downstream = new SimDownstream(world);
+    this.stalls = new SimStalls(world, () => this.real, s);
     this.startedAt = world.now;
     this.storeFaults = {
       failBefore: s.faults.has('store') ? 0.03 : 0,
@@ -134,6 +148,10 @@ class SimRun {
     if (s.faults.has('operators')) this.startOperator();
     for (const job of s.jobs) world.schedule(job.atMs, null, 'client', () => this.submit(job, 1));
     this.scheduleFaults();
+    if (s.restore) {
+      world.schedule(s.restore.backupAtMs, null, 'backup', () => this.backup());
+      world.schedule(s.restore.lostAtMs, null, 'host-lost', () => this.hostLost());
+    }
     world.schedule(s.chaosMs, null, 'calm', () => this.beginCalm());
     await world.run(world.now + s.chaosMs + CALM_MS_MAX, () => this.settled, STEPS_MAX);
   }
@@ -158,7 +176,8 @@ class SimRun {
       drop: f.has('drop') ? 0.1 : 0,
       error: f.has('drop') ? 0.05 : 0,
       refuse: f.has('refuse') ? 0.05 : 0,
-      slow: f.has('slow') && slowBudget > 100 ? 0.2 : 0,
+      // An older fleet's UNKNOWN is checked at once: requests still in flight then are the test.
+      slow: (f.has('slow') || f.has('versions')) && slowBudget > 100 ? 0.2 : 0,
       slowMsMax: Math.max(0, slowBudget),
       lookupFail: f.has('lookup') ? 0.3 : 0,
       lookupLagMsMax: f.has('lookup') ? Math.floor(s.op.graceMs / 2) : 0,
@@ -173,6 +192,7 @@ class SimRun {
   /** A process (re)starts in its slot: a new incarnation with its own clock view and store handle. */
   private start(slot: number): void {
     const { world, s } = this;
+    if (this.restoring) return; // the restore starts every slot
     const gen = (this.generation[slot] = (this.generation[slot] ?? 0) + 1);
     const tol = s.worker.clockSkewToleranceMs;
     // The first incarnation has the scenario's skew; a restarted one, a fresh one.
@@ -183,7 +203,8 @@ class SimRun {
       crashed: false,
       frozenUntil: 0,
     };
-    const queue = this.queueFor(proc, s.fleets[s.processes[slot]!.fleet]!);
+    const fleet = s.processes[slot]!.fleet;
+    const queue = this.queueFor(proc, s.fleets[fleet]!, fleet === s.oldFleet);
     const served = this.served.get(proc)!;
     const worker = queue.worker({
       operations: queue.knownOperations().filter((op) => served.has(op.name)),
@@ -203,19 +224,21 @@ class SimRun {
     void worker.start();
   }
 
-  private queueFor(proc: SimProcess, flavours: readonly SimFlavour[]): Queue {
+  private queueFor(proc: SimProcess, flavours: readonly SimFlavour[], old = false): Queue {
     const store = processStore({
       world: this.world,
-      real: this.real,
+      real: () => this.real,
       proc,
       faults: () => this.storeFaults,
       onPrune: (h) => {
         for (const d of h) this.records.pruned.set(d.job.id, d);
       },
+      beforeCall: (name, args) => this.stalls.maybeStall(proc, name, args),
+      afterCall: (name, args, value) => this.stalls.observe(name, args, value),
     });
     // Every process knows every operation (clients enqueue any); its worker serves its fleet's.
     const operations: AnyOperation[] = SIM_FLAVOURS.map((f) =>
-      simOperation(f, this.s.op, this.downstream, proc),
+      simOperation(f, this.s.op, this.downstream, proc, old),
     );
     this.served.set(proc, new Set(flavours.map(simOperationName)));
     return new Queue(store, {
@@ -279,8 +302,31 @@ class SimRun {
     this.world.log(proc, `FREEZE ${ms} ms`);
   }
 
+  private backup(): void {
+    this.restores.backup(this.real);
+    this.world.log(null, 'BACKUP taken');
+  }
+
+  /** The host is lost: every process stops; the backup is restored a little later. */
+  private hostLost(): void {
+    if (!this.restores.taken) return;
+    const { world } = this;
+    this.restoring = true;
+    for (const inc of this.slots) inc.proc.crashed = true;
+    world.log(null, 'HOST LOST: every process stops');
+    // The restore runs after the old host's clocks, however skewed, have passed its last moment.
+    const tol = this.s.worker.clockSkewToleranceMs;
+    world.schedule(world.int(tol + 50, 2_000), null, 'restore', async () => {
+      this.real = await this.restores.restore(this.real, world.now, () => world.storeNow());
+      world.log(null, 'RESTORED from the backup (reckon restore, --reconcile unfinished)');
+      this.restoring = false;
+      this.slots.forEach((_, slot) => this.start(slot));
+    });
+  }
+
   private beginCalm(): void {
     this.calm = true;
+    this.stalls.calm = true;
     this.downstream.rates = HEALTHY;
     this.storeFaults = { ...this.storeFaults, failBefore: 0, failAfter: 0 };
     this.world.log(null, 'calm: faults end; crashed processes restart');
@@ -352,7 +398,7 @@ class SimRun {
         this.pending--;
         const jobId = 'jobId' in r ? r.jobId : r.id;
         this.records.acks.push({ key: job.key, operation: op, jobId });
-        if ('jobId' in r) this.records.answers.push(r as CallOutcome);
+        if ('jobId' in r) this.records.answers.push({ ...(r as CallOutcome), at: world.now });
         this.afterAck(job);
       },
       (err: unknown) => {
@@ -364,7 +410,8 @@ class SimRun {
         }
         if (err instanceof StoreError) return void again(world.int(50, 1_000));
         this.pending--;
-        this.internal(`${op} ${job.key}`, err);
+        if (this.forgotten(err)) return world.log(inc.proc, `${job.key}: its job was pruned`);
+        this.internal(`${op} ${job.key}`, err, job.key);
       },
     );
   }
@@ -392,19 +439,31 @@ class SimRun {
     this.world.log(inc.proc, `enqueue ${job.key} under ${op} (must conflict)`);
     inc.queue.enqueue(op, { n: job.n }, { key: job.key }).then(
       (r) => {
-        if (r.operation !== op)
+        if (r.operation !== op && !this.restores.forgot(job.key))
           this.records.conflictsAccepted.push(
             `enqueue of ${job.key} under ${op} was answered with job ${r.id} of ${r.operation}: the caller's request is lost`,
           );
       },
       (err: unknown) => {
         if (!(err instanceof RequestKeyConflict) && !(err instanceof StoreError))
-          this.internal(`conflicting enqueue ${job.key}`, err);
+          this.internal(`conflicting enqueue ${job.key}`, err, job.key);
       },
     );
   }
 
-  private internal(what: string, err: unknown): void {
+  /**
+   * A waiter told that its job is gone, after retention deleted the job's history: the
+   * retention limit (the process waiting was stalled past it), and a true answer.
+   */
+  private forgotten(err: unknown): boolean {
+    if (!(err instanceof JobNotFound)) return false;
+    const id = /"([^"]+)"/.exec(err.message)?.[1];
+    return id !== undefined && this.records.pruned.has(id);
+  }
+
+  private internal(what: string, err: unknown, key?: string): void {
+    // A key the restore forgot may since belong to another operation's job: the restore's limit.
+    if (key !== undefined && this.restores.forgot(key)) return;
     const e = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
     this.records.internalErrors.push(`${what}: ${e}`);
   }
@@ -428,8 +487,10 @@ class SimRun {
       if (this.world.chance(0.5)) await this.decideOne(q);
       else await this.resolveOne(q);
     } catch (err) {
-      // Lost a race with a worker, the expiry loop or retention: a person reads the list again.
+      // Lost a race with a worker, the expiry loop or retention, or decided after the approval's
+      // timeout (refused, #33.3): a person reads the list again.
       if (
+        err instanceof ApprovalExpired ||
         err instanceof StoreError ||
         err instanceof JobStateConflict ||
         err instanceof JobNotFound
@@ -484,6 +545,22 @@ class SimRun {
     for (const [id, d] of this.records.pruned) if (!live.has(id)) out.push(d);
     return out;
   }
+}
+
+let template: Promise<Buffer> | undefined;
+
+/** An empty store with every migration applied, made once: each run opens a copy of it. */
+function migratedImage(): Promise<Buffer> {
+  template ??= (async () => {
+    const store = new SqliteStore({ path: ':memory:' });
+    await store.init();
+    try {
+      return store.serialize();
+    } finally {
+      await store.close();
+    }
+  })();
+  return template;
 }
 
 async function settledNow(store: Store): Promise<boolean> {

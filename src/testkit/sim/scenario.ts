@@ -22,8 +22,17 @@ export const SIM_FAULTS = [
   'operators',
   'retention',
   'conflicts',
+  'stall',
+  'versions',
+  'restore',
 ] as const;
 export type SimFault = (typeof SIM_FAULTS)[number];
+
+/**
+ * Kinds added after the first release of the simulator: drawn after everything else, so that
+ * a seed without them keeps the scenario (and the interleaving) it had before they existed.
+ */
+const LATER_FAULTS: readonly SimFault[] = ['stall', 'versions', 'restore'];
 
 export interface SimLimits {
   /** At most this many jobs (the shrinker lowers it). */
@@ -60,6 +69,14 @@ export interface SimScenario {
   /** Longest freeze that keeps the lookup horizon's promise (see docs/chaos.md on pauses). */
   freezeMsMax: number;
   retentionMs: number | null;
+  /**
+   * The fleet (index) that runs an older version of the lookup operations, one without a
+   * lookup (`versions`): its workers and reclaimers schedule an UNKNOWN job's first check at
+   * once, as a fleet of an older release would. Null: every fleet runs the same version.
+   */
+  oldFleet: number | null;
+  /** A backup taken at `backupAtMs`, the host lost and the backup restored at `lostAtMs`. */
+  restore: { backupAtMs: number; lostAtMs: number } | null;
 }
 
 /** The scenario's own generator (a different stream from the world's, same seed). */
@@ -86,9 +103,12 @@ function pick<T>(w: Draw, xs: readonly T[]): T {
  */
 export function chooseScenario(seed: number, limits: SimLimits = {}): SimScenario {
   const w = new Draw(seed);
-  const faults = new Set<SimFault>(SIM_FAULTS.filter(() => w.chance(0.55)));
+  const faults = new Set<SimFault>(
+    SIM_FAULTS.filter((f) => !LATER_FAULTS.includes(f) && w.chance(0.55)),
+  );
   const all = new Set(faults);
-  for (const f of limits.without ?? []) faults.delete(f);
+  const without = new Set(limits.without ?? []);
+  for (const f of without) faults.delete(f);
   const leaseMs = pick(w, [1_000, 1_500, 2_000]);
   const tol = pick(w, [200, 400]);
   const op: SimOperationSettings = {
@@ -127,6 +147,9 @@ export function chooseScenario(seed: number, limits: SimLimits = {}): SimScenari
     };
   }).slice(0, limits.jobsMax ?? Infinity);
   const retentionMs = w.int(4_000, 12_000);
+  drawLater(w, all, faults, without);
+  const oldFleet = faults.has('versions') ? withOldFleet(fleets, processes) : null;
+  const restore = restoreTimes(w, chaosMs, faults.has('restore'));
   return {
     fleets,
     processes,
@@ -147,9 +170,40 @@ export function chooseScenario(seed: number, limits: SimLimits = {}): SimScenari
     // Sent after its marker and past its lookup horizon, a request is a limit reckon states, not
     // a promise it breaks: a freeze stays within timeout + grace, less skew and the legs.
     freezeMsMax: op.timeoutMs + op.graceMs - tol - 2 * storeLatencyMsMax - 40 - 100,
-    retentionMs: faults.has('retention') ? retentionMs : null,
+    // A restore brings pruned histories back: the two are not judged together.
+    retentionMs: faults.has('retention') && !restore ? retentionMs : null,
     seedFaults: all,
+    oldFleet,
+    restore,
   };
+}
+
+/** The kinds added later, drawn last (see LATER_FAULTS). */
+function drawLater(w: Draw, all: Set<SimFault>, faults: Set<SimFault>, without: Set<SimFault>) {
+  for (const f of LATER_FAULTS)
+    if (w.chance(0.55)) {
+      all.add(f);
+      if (!without.has(f)) faults.add(f);
+    }
+}
+
+/** When the backup is taken, and when the host is lost (and the backup restored). */
+function restoreTimes(w: Draw, chaosMs: number, on: boolean): SimScenario['restore'] {
+  const backupAtMs = w.int(Math.floor(chaosMs * 0.2), Math.floor(chaosMs * 0.6));
+  const lostAtMs = w.int(backupAtMs + 1_000, chaosMs);
+  return on ? { backupAtMs, lostAtMs } : null;
+}
+
+/**
+ * Two fleets on one store, the second running an older version of the lookup operations:
+ * both serve them, and each fleet has a process. Returns the old fleet's index.
+ */
+function withOldFleet(fleets: SimFlavour[][], processes: SimScenario['processes']): number {
+  if (fleets.length === 1) fleets.push([...fleets[0]!]);
+  for (const fleet of fleets) if (!fleet.includes('lookup')) fleet.push('lookup');
+  if (processes.length < 2) processes.push({ fleet: 1, skewMs: 0 });
+  processes.forEach((p, i) => (p.fleet = i % 2));
+  return 1;
 }
 
 /** Two fleets with different operation tables; every flavour is served by one of them. */

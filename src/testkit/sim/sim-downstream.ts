@@ -174,15 +174,20 @@ export function simOperationName(flavour: SimFlavour): string {
   return `sim.${flavour}`;
 }
 
-/** The operation of a flavour as one process runs it (its requests leave with its events). */
+/**
+ * The operation of a flavour as one process runs it (its requests leave with its events).
+ * `old`: the version of an older release, before the downstream's lookup was wired in (an
+ * UNKNOWN attempt goes to review, checked at once).
+ */
 export function simOperation(
   flavour: SimFlavour,
   s: SimOperationSettings,
   downstream: SimDownstream,
   proc: SimProcess,
+  old = false,
 ): AnyOperation {
   const dedup = flavour === 'idempotent';
-  const lookup = flavour === 'lookup' || flavour === 'approved';
+  const lookup = !old && (flavour === 'lookup' || flavour === 'approved');
   return defineOperation<{ n: number }, { effectId: string }>({
     name: simOperationName(flavour),
     fingerprint: (input) => ({ n: input.n }),

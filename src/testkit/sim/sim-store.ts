@@ -29,17 +29,23 @@ export type PrunedSink = (histories: JobDetail[]) => void;
 
 export function processStore(p: {
   world: World;
-  real: Store;
+  /** The store (a restore replaces it). */
+  real: () => Store;
   proc: SimProcess;
   faults: () => StoreFaultRates;
   onPrune: PrunedSink;
+  /** Told of each call as the process makes it: true stalls the process before this call. */
+  beforeCall?: (name: string, args: unknown[]) => boolean;
+  /** Told of each call that ran and committed (its answer may still be lost). */
+  afterCall?: (name: string, args: unknown[], value: unknown) => void;
 }): Store {
-  const { world, real, proc } = p;
+  const { world, proc } = p;
   const call = (name: string, args: unknown[]): Promise<unknown> =>
     new Promise((resolve, reject) => {
+      const stalled = p.beforeCall?.(name, args) === true;
       const f = p.faults();
       const lat = () => world.int(0, f.latencyMsMax);
-      world.schedule(lat(), proc, `store.${name}`, async () => {
+      world.schedule(lat(), proc, `${stalled ? 'stalled' : 'store'}.${name}`, async () => {
         // Errors are what the real store threw: passed on as they are.
         let out: { ok: true; value: unknown } | { ok: false; err: Error };
         if (world.chance(f.failBefore)) {
@@ -47,10 +53,12 @@ export function processStore(p: {
         } else {
           world.caller = proc;
           try {
+            const real = p.real();
             const fn = (real as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>)[
               name
             ]!;
             out = { ok: true, value: await fn.apply(real, withArchive(name, args, p.onPrune)) };
+            p.afterCall?.(name, args, out.value);
           } catch (err) {
             out = { ok: false, err: err as Error };
           } finally {
@@ -69,11 +77,12 @@ export function processStore(p: {
         );
       });
     });
-  return new Proxy(real, {
-    get(target, prop, receiver) {
+  return new Proxy(p.real(), {
+    get(_target, prop) {
       if (WITHHELD.has(prop)) return undefined;
       if (prop === 'close' || prop === 'init') return () => Promise.resolve();
-      const value: unknown = Reflect.get(target, prop, receiver);
+      const real = p.real();
+      const value: unknown = Reflect.get(real, prop, real);
       if (typeof value !== 'function' || typeof prop !== 'string') return value;
       return (...args: unknown[]) => call(prop, args);
     },

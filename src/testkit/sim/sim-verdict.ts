@@ -13,8 +13,8 @@ import { judgeDetails, type EffectLedger } from '../verdict.js';
 export interface SimRecords {
   /** Enqueues (or calls) a caller was told succeeded. */
   acks: { key: string; operation: string; jobId: string }[];
-  /** What `q.call` answered. */
-  answers: CallOutcome[];
+  /** What `q.call` answered, and when (virtual ms since the epoch). */
+  answers: (CallOutcome & { at: number })[];
   /** Errors callers got that are neither the store's (retried) nor an expected refusal. */
   internalErrors: string[];
   lateApprovals: string[];

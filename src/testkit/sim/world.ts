@@ -20,9 +20,15 @@ export interface SimProcess {
   crashed: boolean;
   /** Its events wait until then (a stop-the-world pause, GC or VM freeze). */
   frozenUntil: number;
+  /**
+   * While set, the process is stalled until the simulator lets it go (`World.unstall`): its
+   * events wait here. What it already handed to the network still goes (`goesWhileStalled`);
+   * the answers wait.
+   */
+  stalled?: SimEvent[];
 }
 
-interface SimEvent {
+export interface SimEvent {
   at: number;
   /** Random order among events due at the same moment: the seed picks the interleaving. */
   tie: number;
@@ -73,6 +79,16 @@ class EventHeap {
     }
     return top;
   }
+}
+
+/**
+ * What a stalled process already handed to the network: its requests, and its store statements
+ * but dispatch markers (a marker answered during a stall would hold the process between its
+ * marker and its send, a window the README states as a limit) and the call that stalled it.
+ */
+function goesWhileStalled(label: string): boolean {
+  if (label === 'downstream.send') return true;
+  return label.startsWith('store.') && label !== 'store.attemptDispatchMany';
 }
 
 function before(x: SimEvent, y: SimEvent): boolean {
@@ -177,6 +193,21 @@ export class World {
     };
   }
 
+  /** Holds the events of `p` (see `goesWhileStalled`) until `unstall(p)`. */
+  stall(p: SimProcess): void {
+    p.stalled ??= [];
+  }
+
+  /** Lets a stalled process go: what it held runs from now, in the order the seed gave it. */
+  unstall(p: SimProcess): void {
+    const held = p.stalled ?? [];
+    delete p.stalled;
+    for (const e of held) {
+      e.at = this.now;
+      this.heap.push(e);
+    }
+  }
+
   /**
    * Runs events in order until `done()` says so (checked between events) or virtual time
    * passes `untilMs`. Between two events every ready continuation runs, so an event's effects
@@ -193,6 +224,10 @@ export class World {
         return;
       }
       if (e.cancelled || e.owner?.crashed) continue;
+      if (e.owner?.stalled && !goesWhileStalled(e.label)) {
+        e.owner.stalled.push(e);
+        continue;
+      }
       // Faults strike between a process's steps, i.e. at any of its awaits.
       if (e.owner && e.owner.frozenUntil <= e.at && this.beforeStep) {
         this.beforeStep(e.owner);
