@@ -206,16 +206,18 @@ describe.skipIf(pgReason !== null)(
         (r.tbl === 'jobs' && r.what === 'UPDATE LEASED') ||
         (r.tbl === 'attempts' && r.what === 'INSERT LEASED');
       const durable = seen.filter((r) => !claim(r));
-      for (const kind of [
-        'enqueued',
-        'enqueue-deduplicated',
-        'cancelled',
-        'dispatched',
-        'attempt-succeeded',
+      // Routine steps are columns (invariant 8): the enqueue is the job's insert, the marker the
+      // LEASED attempt's update, the outcome its update to SUCCEEDED.
+      for (const [tbl, what] of [
+        ['jobs', 'INSERT QUEUED'],
+        ['events', 'enqueue-deduplicated'],
+        ['events', 'cancelled'],
+        ['attempts', 'UPDATE LEASED'],
+        ['attempts', 'UPDATE SUCCEEDED'],
       ])
         expect(
-          durable.some((r) => r.tbl === 'events' && r.what === kind),
-          kind,
+          durable.some((r) => r.tbl === tbl && r.what === what),
+          `${tbl} ${what}`,
         ).toBe(true);
       expect(durable.filter((r) => r.setting !== 'on')).toEqual([]);
     });
@@ -528,7 +530,7 @@ describe.skipIf(pgReason !== null)(
           await admin.query('SELECT version FROM tenant_a.reckon_migrations ORDER BY version')
         ).rows;
         expect(rows.map((r: { version: number }) => r.version)).toEqual(
-          Array.from({ length: LATEST_SCHEMA_VERSION }, (_, i) => i + 1),
+          MIGRATIONS.map((m) => m.version),
         );
         // The tables live in the named schema only.
         const where = await admin.query(

@@ -185,6 +185,7 @@ export async function finishNow(h: PgHandle, finishes: AttemptFinish[]): Promise
       h.channel,
       pcol((f) => f.resetsLookupFailures),
       pcol((f) => isTerminal(f.jobTo)),
+      pcol((f) => f.routine),
     ],
     (what) => {
       // "finish <index from 1> marked|unmarked": rethrow what rules.ts said of that finish.

@@ -8,15 +8,8 @@
  * then the jobs.
  */
 import type pg from 'pg';
-import {
-  attemptFromRow,
-  eventFromRow,
-  jobFromRow,
-  toMs,
-  type AttemptRow,
-  type EventRow,
-  type JobRow,
-} from '../rows.js';
+import { toMs, type AttemptRow, type EventRow, type JobRow } from '../rows.js';
+import { detailFromRows } from '../trail.js';
 import type { JobDetail, JobPruneParams, JobPruneResult, PrunableState } from '../store.js';
 import { archivedAsIs, emptyCounts, statesOf } from '../prune.js';
 import { quoteIdent } from './statements.js';
@@ -147,9 +140,12 @@ async function readHistories(c: Queryable, s: string, ids: string[]): Promise<Jo
     `SELECT * FROM ${s}.events WHERE job_id = ANY($1::text[]) ORDER BY job_id, id`,
     [ids],
   );
-  const byId = new Map<string, JobDetail>();
-  for (const j of jobs.rows) byId.set(j.id, { job: jobFromRow(j), attempts: [], events: [] });
-  for (const a of attempts.rows) byId.get(a.job_id)?.attempts.push(attemptFromRow(a));
-  for (const e of events.rows) byId.get(e.job_id)?.events.push(eventFromRow(e));
-  return ids.flatMap((id) => byId.get(id) ?? []);
+  const byId = new Map<string, { job: JobRow; attempts: AttemptRow[]; events: EventRow[] }>();
+  for (const j of jobs.rows) byId.set(j.id, { job: j, attempts: [], events: [] });
+  for (const a of attempts.rows) byId.get(a.job_id)?.attempts.push(a);
+  for (const e of events.rows) byId.get(e.job_id)?.events.push(e);
+  return ids.flatMap((id) => {
+    const r = byId.get(id);
+    return r ? [detailFromRows(r.job, r.attempts, r.events)] : [];
+  });
 }

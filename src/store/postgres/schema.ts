@@ -300,6 +300,48 @@ CREATE TABLE IF NOT EXISTS flow_schedules (
     name: 'trace context recorded with the job',
     sql: `ALTER TABLE jobs ADD COLUMN IF NOT EXISTS trace_parent text;`,
   },
+  {
+    // Invariant 8: an attempt's routine steps are write-once columns, not events. A job's
+    // enqueue_actor is its `enqueued` step (QUEUED at created_at); an attempt's lease_ms its
+    // `leased` step (at leased_at, by owner_id), which also makes its dispatch marker the
+    // `dispatched` step; ended_job the outcome that ended the job SUCCEEDED or FAILED (at
+    // finished_at). NULL: the step, if any, is an event (every older row). Readers rebuild one
+    // trail from both (src/store/trail.ts). The triggers refuse changing a recorded fact; their
+    // WHEN is judged without a function call, so an update that keeps them costs no call.
+    // Attempt pages keep a fifth free: the dispatch marker changes no indexed column, so with
+    // room on its page it is a HOT update (no new entry in the attempts' three indexes).
+    version: 11,
+    name: 'routine steps as write-once columns',
+    sql: `
+ALTER TABLE jobs ADD COLUMN IF NOT EXISTS enqueue_actor text;
+ALTER TABLE attempts
+  ADD COLUMN IF NOT EXISTS lease_ms bigint,
+  ADD COLUMN IF NOT EXISTS ended_job text CHECK (ended_job IN ('SUCCEEDED','FAILED'));
+ALTER TABLE attempts SET (fillfactor = 80);
+CREATE OR REPLACE FUNCTION facts_write_once() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION 'reckon: a recorded step of % is write-once (invariant 8)', TG_TABLE_NAME
+    USING ERRCODE = 'restrict_violation';
+END
+$$;
+DROP TRIGGER IF EXISTS jobs_facts_once ON jobs;
+CREATE TRIGGER jobs_facts_once BEFORE UPDATE ON jobs FOR EACH ROW
+  WHEN (OLD.enqueue_actor IS DISTINCT FROM NEW.enqueue_actor
+    OR OLD.created_at IS DISTINCT FROM NEW.created_at)
+  EXECUTE FUNCTION facts_write_once();
+DROP TRIGGER IF EXISTS attempts_facts_once ON attempts;
+CREATE TRIGGER attempts_facts_once BEFORE UPDATE ON attempts FOR EACH ROW
+  WHEN (OLD.lease_ms IS DISTINCT FROM NEW.lease_ms
+    OR OLD.leased_at IS DISTINCT FROM NEW.leased_at
+    OR OLD.owner_id IS DISTINCT FROM NEW.owner_id
+    OR (OLD.dispatched_at IS NOT NULL AND NEW.dispatched_at IS DISTINCT FROM OLD.dispatched_at)
+    OR (OLD.ended_job IS NOT NULL AND (NEW.ended_job, NEW.state, NEW.finished_at, NEW.reason,
+      NEW.result_json, NEW.error_json) IS DISTINCT FROM (OLD.ended_job, OLD.state,
+      OLD.finished_at, OLD.reason, OLD.result_json, OLD.error_json))
+    OR (OLD.state <> 'LEASED' AND NEW.ended_job IS DISTINCT FROM OLD.ended_job))
+  EXECUTE FUNCTION facts_write_once();
+`,
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

@@ -90,7 +90,8 @@ locked AS MATERIALIZED (
   SELECT l.*, ${NOW} AS t
   FROM (
     SELECT j.id, j.queue, j.state AS job_state, j.attempt_count, j.request_fingerprint,
-      a.attempt_no, a.state, a.lease_token, a.lease_expires_at, a.dispatched_at, a.owner_id
+      a.attempt_no, a.state, a.lease_token, a.lease_expires_at, a.dispatched_at, a.owner_id,
+      a.lease_ms
     FROM ${jobs} j JOIN ${attempts} a ON a.job_id = j.id
     -- By primary key whatever the plan (a merge join walked attempts_pkey across other leases).
     WHERE a.job_id = ANY (ARRAY(SELECT i.job_id FROM input i))

@@ -21,7 +21,7 @@ import {
 // after it, and WAL is flushed in order, so the marker is never durable without its claim. A
 // claim lost to a server crash was acted on by nobody: its job is simply QUEUED again.
 export function claim(t: Tables, picked: string): string {
-  const { jobs, attempts, events } = t;
+  const { jobs, attempts } = t;
   return `
 WITH now AS MATERIALIZED (SELECT ${NOW} AS t, set_config('synchronous_commit', 'off', true) AS async),${picked},
 leased AS (
@@ -38,18 +38,13 @@ leased AS (
   RETURNING j.*, gen_random_uuid()::text AS a_lease_token, now.t AS a_leased_at,
     now.t + ${millis('$4')} AS a_lease_expires_at
 ),
+-- Its lease_ms records the attempt's \`leased\` step (invariant 8): no event row.
 attempt AS (
   INSERT INTO ${attempts} (job_id, attempt_no, request_key, request_fingerprint, state, owner_id,
-    lease_token, leased_at, lease_expires_at)
+    lease_token, leased_at, lease_expires_at, lease_ms)
   SELECT l.id, l.attempt_count, l.request_key, l.request_fingerprint, 'LEASED', $3,
-    l.a_lease_token, l.a_leased_at, l.a_lease_expires_at
+    l.a_lease_token, l.a_leased_at, l.a_lease_expires_at, $4::bigint
   FROM leased l
-),
-leased_event AS (
-  INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, from_state, to_state, actor, detail_json, at)
-  SELECT l.id, l.attempt_count, l.request_fingerprint, 'leased', 'QUEUED', 'LEASED', $3,
-    json_build_object('leaseMs', $4::bigint)::text, now.t
-  FROM leased l, now
 )
 SELECT ${jobColumns('l')},
   l.a_lease_token, ${toMs('l.a_leased_at')} AS a_leased_at,
@@ -161,7 +156,7 @@ WITH input AS MATERIALIZED (
 ${lockedLeases(jobs, attempts)},
 judged AS MATERIALIZED (
   SELECT i.ord, i.job_id, i.attempt_no, i.lease_token, l.request_fingerprint, l.owner_id,
-    l.lease_expires_at,
+    l.lease_expires_at, l.lease_ms,
     CASE
       WHEN NOT ${LEASE_HOLDS} THEN 'lease-lost'
       WHEN l.lease_expires_at <= now.t THEN 'lease-expired'
@@ -185,7 +180,8 @@ dispatched_event AS (
   INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, actor, at)
   SELECT g.job_id, g.attempt_no, g.request_fingerprint, 'dispatched', g.owner_id, now.t
   FROM judged g, now
-  WHERE g.status = 'ok'
+  -- An attempt leased with its steps as columns has its marker as its \`dispatched\` step.
+  WHERE g.status = 'ok' AND g.lease_ms IS NULL
   ORDER BY g.ord
 )
 SELECT g.status, ${toMs('g.lease_expires_at')} AS lease_expires_at, ${toMs('now.t')} AS now,
@@ -209,8 +205,10 @@ ORDER BY g.ord`,
  * $13 event kind, $14 actor, $15 event detail_json, $16 / $17: the outcome breaks an
  * invariant if the attempt has no marker / has one (rules.ts `assertFinishLegal`, judged by
  * the store beforehand for both cases); $18 the channel; $19 the job's lookup failures
- * restart at 0, $20 the job's state is terminal (finished_at). $8–$13, $15, $19 and $20 are
- * the plan's (plan/finish.ts `finishParams`): the statement adds the fence and the clock.
+ * restart at 0, $20 the job's state is terminal (finished_at), $21 the outcome is routine
+ * (recorded as the attempt's ended_job, not an event, when the actor owns the lease: plan/finish.ts
+ * `FinishParams.routine`). $8–$13, $15 and $19–$21 are the plan's (plan/finish.ts
+ * `finishParams`): the statement adds the fence and the clock.
  * Locks like `attemptDispatch`; a finish applies when its lease holds (rules.ts `leaseHolds`)
  * and it is the first of that lease in the batch. Ends those attempts, moves their jobs
  * (as the transaction path's `finishAttempt` does), appends their events and wakes the
@@ -226,15 +224,17 @@ export function finishStatements(t: Tables) {
 WITH input AS MATERIALIZED (
   SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[],
       $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::text[], $13::text[],
-      $14::text[], $15::text[], $16::bool[], $17::bool[], $19::bool[], $20::bool[]) WITH ORDINALITY
+      $14::text[], $15::text[], $16::bool[], $17::bool[], $19::bool[], $20::bool[], $21::bool[])
+      WITH ORDINALITY
     AS i(job_id, attempt_no, lease_token, state, reason, result_json, error_json, job_to,
       run_delay_ms, check_after_ms, job_result_json, job_error_json, kind, actor, detail_json,
-      bad_unmarked, bad_marked, resets_lookups, terminal, ord)
+      bad_unmarked, bad_marked, resets_lookups, terminal, routine, ord)
 ),
 ${lockedLeases(jobs, attempts)},
 held AS MATERIALIZED (
   SELECT i.*, l.request_fingerprint, l.queue, l.dispatched_at,
-    ${LEASE_HOLDS} AND ${FIRST_OF_LEASE} AS applies
+    ${LEASE_HOLDS} AND ${FIRST_OF_LEASE} AS applies,
+    coalesce(i.routine AND i.actor = l.owner_id, false) AS ends_routinely
   FROM input i
   LEFT JOIN locked l ON l.id = i.job_id AND l.attempt_no = i.attempt_no
 ),
@@ -246,7 +246,8 @@ judged AS MATERIALIZED (
 first_bad AS MATERIALIZED (SELECT min(ord) AS ord FROM judged WHERE bad),
 ended AS (
   UPDATE ${attempts} a SET state = g.state, finished_at = now.t, result_json = g.result_json,
-    error_json = g.error_json, reason = g.reason
+    error_json = g.error_json, reason = g.reason,
+    ended_job = CASE WHEN g.ends_routinely THEN g.job_to END
   FROM judged g, now
   -- Judged LEASED on the locked row: no state test here (see lockedLeases).
   WHERE g.applies AND NOT g.bad AND a.job_id = g.job_id AND a.attempt_no = g.attempt_no
@@ -273,7 +274,8 @@ finished_event AS (
   SELECT g.job_id, g.attempt_no, g.request_fingerprint, g.kind, 'LEASED', g.job_to, g.actor,
     g.detail_json, now.t
   FROM judged g, now
-  WHERE g.applies AND NOT g.bad
+  -- A routine outcome is recorded as the attempt's ended_job (invariant 8): no event row.
+  WHERE g.applies AND NOT g.bad AND NOT g.ends_routinely
   ORDER BY g.ord
 )
 SELECT g.applies AS applied,
