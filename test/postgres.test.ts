@@ -588,7 +588,7 @@ describe.skipIf(pgReason !== null)(
           `SELECT c.table_name || '.' || c.column_name AS col, c.collation_name AS collation
            FROM information_schema.columns c
            WHERE c.table_schema = 'reckon' AND c.column_name IN ('id', 'job_id', 'request_key')
-             AND c.table_name IN ('jobs', 'attempts', 'events', 'outcome_waits')
+             AND c.table_name IN ('jobs', 'attempts', 'events')
              AND c.data_type = 'text' ORDER BY 1`,
         );
         expect(collations.rows).toEqual([
@@ -597,7 +597,6 @@ describe.skipIf(pgReason !== null)(
           { col: 'events.job_id', collation: 'C' },
           { col: 'jobs.id', collation: 'C' },
           { col: 'jobs.request_key', collation: 'C' },
-          { col: 'outcome_waits.job_id', collation: 'C' },
         ]);
         const eventKey = await admin.query<{ def: string }>(
           `SELECT pg_get_constraintdef(oid) AS def FROM pg_constraint

@@ -116,13 +116,6 @@ async function deleteBatch(
     `DELETE FROM ${s}.jobs WHERE id = ANY($1::text[]) RETURNING state`,
     [doomed],
   );
-  // Waits of these jobs, and strays: a wait whose job ended or went (outcome-notify.ts).
-  await c.query(
-    `DELETE FROM ${s}.outcome_waits w WHERE w.job_id = ANY($1::text[]) OR NOT EXISTS (
-       SELECT 1 FROM ${s}.jobs j WHERE j.id = w.job_id
-         AND j.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED'))`,
-    [doomed],
-  );
   for (const j of jobs.rows) result.jobs[j.state]++;
   result.events = ev.rowCount ?? 0;
   result.attempts = at.rowCount ?? 0;

@@ -340,6 +340,30 @@ CREATE TRIGGER attempts_facts_once BEFORE UPDATE ON attempts FOR EACH ROW
       OLD.finished_at, OLD.reason, OLD.result_json, OLD.error_json))
     OR (OLD.state <> 'LEASED' AND NEW.ended_job IS DISTINCT FROM OLD.ended_job))
   EXECUTE FUNCTION facts_write_once();
+-- Outcome notifications cost only the jobs someone waits for: \`watched\` is set when a waiter
+-- watches the job (outcome-notify.ts), and the row trigger's WHEN tests it, so an update of any
+-- other job calls no function and builds no transition table (migration 4's statement trigger
+-- ran once per UPDATE of jobs, and captured every updated row twice, waited for or not).
+ALTER TABLE jobs ADD COLUMN IF NOT EXISTS watched boolean NOT NULL DEFAULT false;
+UPDATE jobs j SET watched = true FROM outcome_waits w WHERE w.job_id = j.id;
+DROP TRIGGER IF EXISTS jobs_outcome ON jobs;
+DROP FUNCTION IF EXISTS jobs_notify_outcome();
+DROP TABLE IF EXISTS outcome_waits;
+CREATE OR REPLACE FUNCTION jobs_notify_watched() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  -- The outcome rides in the notification when it fits (8000 bytes): no read needed.
+  payload text := json_build_object('id', NEW.id, 'state', NEW.state,
+    'result', NEW.result_json, 'error', NEW.error_json)::text;
+BEGIN
+  PERFORM pg_notify(TG_TABLE_SCHEMA || '_outcome',
+    CASE WHEN octet_length(payload) > 7900 THEN json_build_object('id', NEW.id)::text
+         ELSE payload END);
+  RETURN NULL;
+END $$;
+CREATE TRIGGER jobs_outcome AFTER UPDATE ON jobs FOR EACH ROW
+  WHEN (NEW.watched AND NEW.state IS DISTINCT FROM OLD.state AND NEW.state IN
+    ('SUCCEEDED', 'FAILED', 'CANCELLED', 'UNKNOWN', 'NEEDS_REVIEW', 'AWAITING_APPROVAL'))
+  EXECUTE FUNCTION jobs_notify_watched();
 `,
   },
 ];
