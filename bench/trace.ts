@@ -82,6 +82,9 @@ try {
         `  ${k.padEnd(48)} ${(e.n / jobs).toFixed(2).padStart(6)} /job ${(e.bytes / jobs).toFixed(0).padStart(6)} B/job`,
       );
   };
+  // The server is shared: without a slot, others' writes can recycle the segments to read.
+  const slot = `reckon_trace_${process.pid}`;
+  await admin.query('SELECT pg_create_physical_replication_slot($1, true)', [slot]);
   const l0 = await lsn();
   for (let i = 0; i < jobs; i += 1000)
     await q.enqueueMany(
@@ -97,10 +100,14 @@ try {
   await w.stop();
   const l2 = await lsn();
   await q.close();
+  // Claims commit without waiting for their flush: a durable commit flushes the WAL up to l2,
+  // as far as pg_walinspect reads.
+  await admin.query('SELECT txid_current()');
   console.log(`${jobs} jobs at concurrency ${concurrency}, reckon from ${src}`);
   await phase('enqueue', l0, l1);
   await phase('processing (claim, marker, outcome)', l1, l2);
   await phase('total', l0, l2);
+  await admin.query('SELECT pg_drop_replication_slot($1)', [slot]);
 } finally {
   await admin.end();
   await dropDatabase(db);

@@ -308,8 +308,10 @@ CREATE TABLE IF NOT EXISTS flow_schedules (
     // finished_at). NULL: the step, if any, is an event (every older row). Readers rebuild one
     // trail from both (src/store/trail.ts). The triggers refuse changing a recorded fact; their
     // WHEN is judged without a function call, so an update that keeps them costs no call.
-    // Attempt pages keep a fifth free: the dispatch marker changes no indexed column, so with
-    // room on its page it is a HOT update (no new entry in the attempts' three indexes).
+    // Attempt and job pages keep half free (fillfactor 50): the dispatch marker changes no
+    // indexed column, so with room on its page it is a HOT update (no new entry in the
+    // attempts' three indexes), and the claim's and outcome's new versions of a row land on its
+    // own page (a version moved to another page costs a lock record and a full-size image).
     version: 11,
     name: 'routine steps as write-once columns',
     sql: `
@@ -317,7 +319,8 @@ ALTER TABLE jobs ADD COLUMN IF NOT EXISTS enqueue_actor text;
 ALTER TABLE attempts
   ADD COLUMN IF NOT EXISTS lease_ms bigint,
   ADD COLUMN IF NOT EXISTS ended_job text CHECK (ended_job IN ('SUCCEEDED','FAILED'));
-ALTER TABLE attempts SET (fillfactor = 80);
+ALTER TABLE attempts SET (fillfactor = 50);
+ALTER TABLE jobs SET (fillfactor = 50);
 CREATE OR REPLACE FUNCTION facts_write_once() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   RAISE EXCEPTION 'reckon: a recorded step of % is write-once (invariant 8)', TG_TABLE_NAME

@@ -139,61 +139,89 @@ export function dispatchStatements(t: Tables) {
   const { jobs, attempts, events } = t;
   return {
     /**
-     * Invariant 3 in ONE statement. $1 job ids (text[]), $2 attempt nos (int[]), $3 lease tokens
-     * (text[]), one lease per index. Locks every lease's job and attempt (`lockedLeases`), judges
-     * each on the locked rows and the clock after the locks (rules.ts `leaseHolds`, then the
-     * lease unexpired), sets `dispatched_at` of those that pass, fenced again on token, state and
-     * expiry, and appends their `dispatched` events. Returns one row per lease, in order: status
-     * ok | lease-lost | lease-expired, the lease's expiry and now (epoch ms). A held, unexpired
-     * lease that is already marked (or named twice) aborts the statement, naming the first such
-     * lease: dispatched twice is a bug.
+     * Invariant 3 in ONE statement, with no lock step: $1 job ids (text[]), $2 attempt nos
+     * (int[]), $3 lease tokens (text[]), one lease per index. Sets `dispatched_at` of every
+     * attempt whose fence holds, judged by the conditional update itself on the row's latest
+     * version: token, attempt LEASED and unexpired on the database's clock, no marker yet. Its
+     * job need not be read: an attempt LEASED always means its job is LEASED on it (every move
+     * that takes a job off its attempt ends the attempt in the same commit). Appends
+     * `dispatched` events for attempts leased before migration 11. Returns one row per lease, in
+     * order: status, the lease's expiry and its marker's time (epoch ms). A lease not marked is
+     * judged on the statement's snapshot (`rules.ts` leaseHolds, then expiry): lease-lost,
+     * lease-expired, or — held, unexpired and unmarked there, so changed since by a commit the
+     * update waited for — recheck (`attemptDispatchWhy` reads it after this commit). One already
+     * marked (or named twice) while held and unexpired aborts the statement, naming the first:
+     * dispatched twice is a bug. Rows are updated in job id order, as every fenced write locks.
      */
     attemptDispatch: `
 WITH input AS MATERIALIZED (
   SELECT * FROM unnest($1::text[], $2::int[], $3::text[]) WITH ORDINALITY
     AS i(job_id, attempt_no, lease_token, ord)
+  ORDER BY i.job_id
 ),
-${lockedLeases(jobs, attempts)},
-judged AS MATERIALIZED (
-  SELECT i.ord, i.job_id, i.attempt_no, i.lease_token, l.request_fingerprint, l.owner_id,
-    l.lease_expires_at, l.lease_ms,
-    CASE
-      WHEN NOT ${LEASE_HOLDS} THEN 'lease-lost'
-      WHEN l.lease_expires_at <= now.t THEN 'lease-expired'
-      WHEN l.dispatched_at IS NOT NULL OR NOT ${FIRST_OF_LEASE} THEN 'twice'
-      ELSE 'ok'
-    END AS status
-  FROM input i CROSS JOIN now
-  LEFT JOIN locked l ON l.id = i.job_id AND l.attempt_no = i.attempt_no
-),
-first_bad AS MATERIALIZED (SELECT min(ord) AS ord FROM judged WHERE status = 'twice'),
 marked AS (
-  UPDATE ${attempts} a SET dispatched_at = now.t
-  FROM judged g, now
-  -- Judged LEASED on the locked row: no state test here (see lockedLeases).
-  WHERE g.status = 'ok' AND a.job_id = g.job_id AND a.attempt_no = g.attempt_no
-    AND a.lease_token = g.lease_token AND a.dispatched_at IS NULL
-    AND a.lease_expires_at > now.t
-  RETURNING a.job_id
+  -- The clock is read per row as it is updated, after any wait for its lock.
+  UPDATE ${attempts} a SET dispatched_at = ${NOW}
+  FROM input i
+  -- By primary key: the ANY keeps the planner on attempts_pkey (a bare state test matched the
+  -- partial indexes of LEASED attempts, read whole in a nested loop with the batch).
+  WHERE a.job_id = ANY (ARRAY(SELECT x.job_id FROM input x))
+    AND a.job_id = i.job_id AND a.attempt_no = i.attempt_no AND a.lease_token = i.lease_token
+    AND a.state = 'LEASED' AND a.dispatched_at IS NULL AND a.lease_expires_at > ${NOW}
+  RETURNING a.job_id, a.attempt_no, a.lease_token, a.lease_expires_at, a.dispatched_at,
+    a.owner_id, a.request_fingerprint, a.lease_ms
 ),
 dispatched_event AS (
   INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, actor, at)
-  SELECT g.job_id, g.attempt_no, g.request_fingerprint, 'dispatched', g.owner_id, now.t
-  FROM judged g, now
+  SELECT m.job_id, m.attempt_no, m.request_fingerprint, 'dispatched', m.owner_id, m.dispatched_at
+  FROM marked m
   -- An attempt leased with its steps as columns has its marker as its \`dispatched\` step.
-  WHERE g.status = 'ok' AND g.lease_ms IS NULL
-  ORDER BY g.ord
-)
-SELECT g.status, ${toMs('g.lease_expires_at')} AS lease_expires_at, ${toMs('now.t')} AS now,
-  CASE
-    WHEN g.ord = f.ord
-      THEN ${fail(`'job ' || g.job_id || ' attempt ' || g.attempt_no || ' dispatched twice'`)}
-    WHEN g.ord = 1 AND f.ord IS NULL
-        AND (SELECT count(*) FROM marked) <> (SELECT count(*) FROM judged WHERE status = 'ok')
-      THEN ${fail(`'not every held lease took its dispatch marker (batch of job ' || g.job_id || ')'`)}
+  WHERE m.lease_ms IS NULL
+  ORDER BY m.job_id
+),
+judged AS MATERIALIZED (
+  SELECT i.ord, m.lease_expires_at, m.dispatched_at,
+    CASE
+      WHEN NOT ${FIRST_OF_LEASE} THEN 'twice'
+      WHEN m.job_id IS NOT NULL THEN 'ok'
+      WHEN NOT ${LEASE_HOLDS} THEN 'lease-lost'
+      WHEN l.lease_expires_at <= ${NOW} THEN 'lease-expired'
+      WHEN l.dispatched_at IS NOT NULL THEN 'twice'
+      ELSE 'recheck'
+    END AS status
+  FROM input i
+  LEFT JOIN marked m
+    ON m.job_id = i.job_id AND m.attempt_no = i.attempt_no AND m.lease_token = i.lease_token
+  -- What the snapshot held, read only for a lease the update left alone.
+  LEFT JOIN LATERAL (
+    SELECT j.state AS job_state, j.attempt_count, a.state, a.lease_token, a.lease_expires_at,
+      a.dispatched_at
+    FROM ${jobs} j JOIN ${attempts} a ON a.job_id = j.id
+    WHERE m.job_id IS NULL AND j.id = i.job_id AND a.job_id = i.job_id
+      AND a.attempt_no = i.attempt_no
+  ) l ON true
+),
+first_bad AS MATERIALIZED (SELECT min(ord) AS ord FROM judged WHERE status = 'twice')
+SELECT g.status, ${toMs('g.lease_expires_at')} AS lease_expires_at,
+  ${toMs('g.dispatched_at')} AS dispatched_at,
+  CASE WHEN g.ord = f.ord
+    THEN ${fail(`'job ' || i.job_id || ' attempt ' || i.attempt_no || ' dispatched twice'`)}
   END AS violated
-FROM judged g CROSS JOIN now CROSS JOIN first_bad f
+FROM judged g JOIN input i ON i.ord = g.ord CROSS JOIN first_bad f
 ORDER BY g.ord`,
+
+    /**
+     * Why leases were not marked: $1 job ids (text[]), $2 attempt nos (int[]). Per lease, in
+     * order: its job's state and attempt count and its attempt's (null when absent), times in ms.
+     */
+    attemptDispatchWhy: `
+SELECT j.state AS job_state, j.attempt_count, a.state, a.lease_token,
+  ${toMs('a.lease_expires_at')} AS lease_expires_at, ${toMs('a.dispatched_at')} AS dispatched_at,
+  ${toMs(NOW)} AS now
+FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS i(job_id, attempt_no, ord)
+LEFT JOIN ${jobs} j ON j.id = i.job_id
+LEFT JOIN ${attempts} a ON a.job_id = i.job_id AND a.attempt_no = i.attempt_no
+ORDER BY i.ord`,
   };
 }
 
