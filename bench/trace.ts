@@ -1,12 +1,18 @@
 /**
- * `npx tsx bench/trace.ts [--jobs N] [--concurrency C] [--src DIR]`: what a job writes on
- * PostgreSQL, read from the WAL itself (pg_walinspect): per phase (enqueue, then processing:
+ * `npx tsx bench/trace.ts [--store postgres|sqlite] [--jobs N] [--concurrency C] [--src DIR]`:
+ * what a job writes. SQLite: pages written to the WAL per commit and per job, commits per job,
+ * and this process's CPU per job, per phase (a reader holds its snapshot through the run, so the
+ * WAL only grows: its growth is the frames written). PostgreSQL: what a job writes read from the WAL itself (pg_walinspect): per phase (enqueue, then processing:
  * claim, marker, outcome), the WAL records and bytes per job that touch this run's database
  * (records without a block, such as commits, counted when their transaction wrote here), by
  * resource manager and record type, and heap and index writes per relation. The server is
  * shared, so only records of this run's database are counted. `--src` runs another checkout's
  * reckon (its `src` directory), for a base/new comparison.
  */
+import Database from 'better-sqlite3';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import pg from 'pg';
 import { createDatabase, dropDatabase, pgUrl } from './lib.js';
 
@@ -32,6 +38,71 @@ const op = reckon.defineOperation({
   name: 'trace.noop',
   execute: (_input: { n: number }, ctx) => ctx.dispatch(() => Promise.resolve(null)),
 });
+
+/** Enqueues `jobs` in batches of 1,000, then works them off at `concurrency`. */
+async function runJobs(q: Awaited<ReturnType<typeof reckon.openQueue>>, between: () => unknown) {
+  for (let i = 0; i < jobs; i += 1000)
+    await q.enqueueMany(
+      op,
+      Array.from({ length: Math.min(1000, jobs - i) }, (_, k) => ({ input: { n: i + k } })),
+    );
+  await between();
+  let done = 0;
+  const w = q.worker({ operations: [op], concurrency, pollIntervalMs: 20 });
+  w.on('succeeded', () => void done++);
+  await w.start();
+  while (done < jobs) await new Promise((r) => setTimeout(r, 20));
+  await w.stop();
+}
+
+async function traceSqlite(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'reckon-trace-'));
+  const path = join(dir, 'trace.db');
+  try {
+    const q = await reckon.openQueue({ store: `sqlite:${path}`, operations: [op] });
+    const reader = new Database(path, { readonly: true });
+    reader.exec('BEGIN');
+    reader.prepare('SELECT count(*) FROM jobs').get();
+    const frame = (reader.pragma('page_size', { simple: true }) as number) + 24;
+    const commits = new Map<string, number>();
+    q.store.onCommit?.((c) => commits.set(c.write, (commits.get(c.write) ?? 0) + 1));
+    const mark = () => ({
+      frames: statSync(`${path}-wal`).size / frame,
+      commits: [...commits.values()].reduce((a, b) => a + b, 0),
+      cpu: process.cpuUsage(),
+      byWrite: new Map(commits),
+    });
+    const show = (name: string, a: ReturnType<typeof mark>, b: ReturnType<typeof mark>) => {
+      const frames = b.frames - a.frames;
+      const n = b.commits - a.commits;
+      const cpuUs = b.cpu.user - a.cpu.user + b.cpu.system - a.cpu.system;
+      const kinds = [...b.byWrite].map(([k, v]) => `${k} ${v - (a.byWrite.get(k) ?? 0)}`);
+      console.log(
+        `\n${name}: ${(frames / jobs).toFixed(2)} pages a job, ${(frames / Math.max(n, 1)).toFixed(1)} pages a commit, ` +
+          `${(n / jobs).toFixed(3)} commits a job (${kinds.join(', ')}), ` +
+          `${(cpuUs / jobs).toFixed(0)} µs CPU a job`,
+      );
+    };
+    const m0 = mark();
+    let m1 = m0;
+    await runJobs(q, () => (m1 = mark()));
+    const m2 = mark();
+    await q.close();
+    reader.exec('COMMIT');
+    reader.close();
+    console.log(`${jobs} jobs at concurrency ${concurrency} on SQLite, reckon from ${src}`);
+    show('enqueue', m0, m1);
+    show('processing (claim, marker, outcome)', m1, m2);
+    show('total', m0, m2);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+if (argOf('--store', 'postgres') === 'sqlite') {
+  await traceSqlite();
+  process.exit(0);
+}
 
 const db = await createDatabase('reckon_trace');
 const admin = new pg.Client({ connectionString: pgUrl(db) });
@@ -86,18 +157,8 @@ try {
   const slot = `reckon_trace_${process.pid}`;
   await admin.query('SELECT pg_create_physical_replication_slot($1, true)', [slot]);
   const l0 = await lsn();
-  for (let i = 0; i < jobs; i += 1000)
-    await q.enqueueMany(
-      op,
-      Array.from({ length: Math.min(1000, jobs - i) }, (_, k) => ({ input: { n: i + k } })),
-    );
-  const l1 = await lsn();
-  let done = 0;
-  const w = q.worker({ operations: [op], concurrency, pollIntervalMs: 20 });
-  w.on('succeeded', () => void done++);
-  await w.start();
-  while (done < jobs) await new Promise((r) => setTimeout(r, 20));
-  await w.stop();
+  let l1 = l0;
+  await runJobs(q, async () => (l1 = await lsn()));
   const l2 = await lsn();
   await q.close();
   // Claims commit without waiting for their flush: a durable commit flushes the WAL up to l2,
