@@ -210,6 +210,14 @@ SELECT g.status, ${toMs('g.lease_expires_at')} AS lease_expires_at,
 FROM judged g JOIN input i ON i.ord = g.ord CROSS JOIN first_bad f
 ORDER BY g.ord`,
 
+    ...dispatchWhyStatements(t),
+  };
+}
+
+/** The dispatch marker's second look, at leases it did not mark (see `attemptDispatch`). */
+function dispatchWhyStatements(t: Tables) {
+  const { jobs, attempts } = t;
+  return {
     /**
      * Why leases were not marked: $1 job ids (text[]), $2 attempt nos (int[]). Per lease, in
      * order: its job's state and attempt count and its attempt's (null when absent), times in ms.
