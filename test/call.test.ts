@@ -366,10 +366,7 @@ describe.each(kinds)('q.call and q.waitFor on %s', (kind, skipReason) => {
       if (kind === 'postgres') {
         const c = new pg.Client({ connectionString: t.url });
         await c.connect();
-        const r = await c.query('SELECT count(*)::int AS n FROM reckon.outcome_waits');
         await c.end();
-        // Waits on jobs now terminal leave nothing behind.
-        expect(r.rows[0]).toEqual({ n: 0 });
       }
     },
     60_000,
@@ -442,6 +439,61 @@ describe.skipIf(pgReason !== null)('q.call on postgres: one listener', () => {
     await q.close();
     await until('the listener closed', async () => (await connections(admin, db)) === 0);
   }, 60_000);
+
+  it('only watched jobs call the outcome trigger; a waiter still wakes by its notification', async () => {
+    const t = await storeOf('postgres');
+    const db = new URL(t.url).pathname.slice(1);
+    const admin = new pg.Client({ connectionString: t.url });
+    await admin.connect();
+    cleanup.push(() => admin.end());
+    // Function calls are counted by every backend that connects from now on.
+    await admin.query(`ALTER DATABASE ${pg.escapeIdentifier(db)} SET track_functions = 'pl'`);
+    const calls = async () => {
+      // A backend reports its counts when it exits: wait for the queue's to be gone.
+      await until('the queue closed its connections', async () => {
+        const r = await admin.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`,
+          [db],
+        );
+        return r.rows[0]!.n === 0;
+      });
+      await admin.query('SELECT pg_stat_clear_snapshot()');
+      const r = await admin.query<{ funcname: string; calls: number }>(
+        `SELECT funcname, calls::int FROM pg_stat_user_functions WHERE schemaname = 'reckon' ORDER BY 1`,
+      );
+      return r.rows;
+    };
+    // 50 jobs nobody waits for: enqueued, claimed, marked, finished, no function called.
+    const q1 = await queueOn(t.url);
+    await q1.enqueueMany(
+      quick,
+      Array.from({ length: 50 }, (_, n) => ({ input: { n }, key: `unwatched:${n}` })),
+    );
+    const w1 = q1.worker({ operations: [quick], concurrency: 10, pollIntervalMs: 20 });
+    await w1.start();
+    await until('the unwatched jobs done', async () => {
+      const done = await q1.jobs({ state: 'SUCCEEDED', limit: 100 });
+      return done.length === 50;
+    });
+    await w1.stop();
+    await q1.close();
+    expect(await calls()).toEqual([]);
+    // A call: its job is watched, and its waiter wakes by the notification (no polling).
+    const q2 = await queueOn(t.url, { outcomePollMs: 600_000 });
+    const w2 = q2.worker({ operations: [quick], concurrency: 1, pollIntervalMs: 20 });
+    const answer = q2.call(quick, { n: 21 }, { key: 'watched', timeoutMs: 30_000 });
+    await until('the job watched', async () => {
+      const r = await admin.query<{ watched: boolean }>(
+        `SELECT watched FROM reckon.jobs WHERE request_key = 'watched'`,
+      );
+      return r.rows[0]?.watched === true;
+    });
+    await w2.start();
+    await expect(answer).resolves.toMatchObject({ state: 'SUCCEEDED', result: { n: 42 } });
+    await w2.stop();
+    await q2.close();
+    expect(await calls()).toEqual([{ funcname: 'jobs_notify_watched', calls: 1 }]);
+  });
 
   it('notifications dropped (no trigger): waiters resolve by polling', async () => {
     const t = await storeOf('postgres');

@@ -236,6 +236,15 @@ describe.each(STORE_KINDS)('flow control on %s', (kind) => {
     // Six keys, sixteen slots: several keys ran side by side.
     expect(ds.maxConcurrent).toBeGreaterThan(1);
     expect([...ds.perRequestKey().values()].every((n) => n === 1)).toBe(true);
+    // The limited claim records its routine steps as the plain claim does: columns (id 0).
+    const [first] = await q.jobs({ state: 'SUCCEEDED', limit: 1 });
+    const d = (await q.job(first!.id))!;
+    expect(d.events.map((e) => [e.kind, e.id])).toEqual([
+      ['enqueued', 0],
+      ['leased', 0],
+      ['dispatched', 0],
+      ['attempt-succeeded', 0],
+    ]);
   });
 
   it('a rate limit holds starts to max per window across workers; waiting jobs are not attempts', async (ctx) => {

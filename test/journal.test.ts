@@ -422,11 +422,16 @@ describe('store errors are typed', () => {
 describe('evidence trail (invariant 8)', () => {
   it('events cannot be updated or deleted', async () => {
     const { q, store } = await queue();
-    await q.enqueue(send, { to: 'x' });
+    await q.enqueue(send, { to: 'x' }, { key: 'k' });
+    await q.enqueue(send, { to: 'x' }, { key: 'k' }); // a dedup: an event row
     const db = new Database(store.url.slice('sqlite:'.length));
     try {
       expect(() => db.prepare("UPDATE events SET kind = 'forged'").run()).toThrow(/append-only/);
       expect(() => db.prepare('DELETE FROM events').run()).toThrow(/append-only/);
+      // The enqueued step is a column of the job (invariant 8): as write-once as an event.
+      expect(() => db.prepare("UPDATE jobs SET enqueue_actor = 'forged'").run()).toThrow(
+        /write-once/,
+      );
     } finally {
       db.close();
     }

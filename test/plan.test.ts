@@ -88,9 +88,10 @@ function finish(o: Partial<AttemptFinish> = {}): AttemptFinish {
 
 describe('planFinish', () => {
   it('a held lease: ends the attempt, moves the job, one event; a terminal state is stamped', () => {
+    // Another actor than the lease's owner: the outcome is an event, not a routine step.
     const w = planFinish({
       job: job(),
-      attempt: attempt({ dispatchedAt: NOW - 5 }),
+      attempt: attempt({ dispatchedAt: NOW - 5, ownerId: 'w0' }),
       finish: finish(),
       now: NOW,
     })!;
@@ -102,6 +103,7 @@ describe('planFinish', () => {
       resultJson: '{"ok":true}',
       errorJson: null,
       reason: null,
+      endedJob: null,
     });
     expect(w.job).toMatchObject({
       state: 'SUCCEEDED',
@@ -120,6 +122,57 @@ describe('planFinish', () => {
       },
     ]);
     expect(w.requeue).toBe(false);
+  });
+
+  it("the owner's outcome that ends the job SUCCEEDED or FAILED is a routine step, not an event", () => {
+    const ok = planFinish({
+      job: job(),
+      attempt: attempt({ dispatchedAt: NOW - 5, ownerId: 'w1' }),
+      finish: finish(),
+      now: NOW,
+    })!;
+    expect(ok.attemptEnd?.endedJob).toBe('SUCCEEDED');
+    expect(ok.events).toEqual([]);
+    const failed = planFinish({
+      job: job(),
+      attempt: attempt({ dispatchedAt: NOW - 5, ownerId: 'w1' }),
+      finish: finish({ state: 'FAILED', resultJson: null, job: { to: 'FAILED' } }),
+      history: [],
+      now: NOW,
+    })!;
+    expect(failed.attemptEnd?.endedJob).toBe('FAILED');
+    expect(failed.events).toEqual([]);
+    // FAILED not proven by the history (an earlier attempt may have sent): review, an event.
+    const unproven = planFinish({
+      job: job({ attemptCount: 2 }),
+      attempt: attempt({ attemptNo: 2, dispatchedAt: NOW - 5, ownerId: 'w1' }),
+      finish: finish({
+        lease: { ...lease, attemptNo: 2 },
+        state: 'FAILED',
+        resultJson: null,
+        job: { to: 'FAILED' },
+      }),
+      history: [
+        { attemptNo: 1, state: 'UNKNOWN', resolution: null, resolutionSource: null, error: null },
+      ],
+      now: NOW,
+    })!;
+    expect(unproven.job.state).toBe('NEEDS_REVIEW');
+    expect(unproven.attemptEnd?.endedJob).toBeNull();
+    expect(unproven.events.map((e) => e.kind)).toEqual(['attempt-failed']);
+    // A retry (QUEUED) is exceptional: an event, and no ended_job.
+    const retried = planFinish({
+      job: job(),
+      attempt: attempt({ ownerId: 'w1' }),
+      finish: finish({
+        state: 'FAILED_BEFORE_SEND',
+        resultJson: null,
+        job: { to: 'QUEUED', delayMs: 10 },
+      }),
+      now: NOW,
+    })!;
+    expect(retried.attemptEnd?.endedJob).toBeNull();
+    expect(retried.events.map((e) => e.kind)).toEqual(['attempt-failed-before-send']);
   });
 
   it('a lease that no longer holds is fenced out: nothing to write', () => {

@@ -651,9 +651,90 @@ describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
 
     it('events are append-only: UPDATE and DELETE behind the store fail', async () => {
       const [r] = await insert(newJob('a'));
+      await store.eventAppendMany({
+        events: [{ jobId: r!.job.id, attemptNo: null, kind: 'note', actor: 'me' }],
+      });
       await expect(rawSql(ts, `UPDATE events SET kind = 'forged'`)).rejects.toThrow(/append-only/);
       await expect(rawSql(ts, `DELETE FROM events`)).rejects.toThrow(/append-only/);
-      expect((await detail(r!.job.id)).events.map((e) => e.kind)).toEqual(['enqueued']);
+      expect((await detail(r!.job.id)).events.map((e) => e.kind)).toEqual(['enqueued', 'note']);
+    });
+
+    it('routine steps are write-once columns, read back as the trail they stand for', async () => {
+      const c = await claimOne('a');
+      const [mark] = await store.attemptDispatchMany({ leases: [leaseOf(c)] });
+      expect(mark?.ok).toBe(true);
+      expect(await store.attemptFinishMany({ finishes: [succeeded(leaseOf(c))] })).toEqual([true]);
+      const d = await detail(c.job.id);
+      expect(d.events.map((e) => [e.kind, e.attemptNo, e.fromState, e.toState, e.actor])).toEqual([
+        ['enqueued', null, null, 'QUEUED', 'test'],
+        ['leased', 1, 'QUEUED', 'LEASED', 'w1'],
+        ['dispatched', 1, null, null, 'w1'],
+        ['attempt-succeeded', 1, 'LEASED', 'SUCCEEDED', 'w1'],
+      ]);
+      expect(d.events[1]!.detail).toEqual({ leaseMs: LEASE_MS });
+      expect(d.events[3]!.detail).toEqual({ attemptState: 'SUCCEEDED' });
+      expect(d.events.map((e) => e.at)).toEqual([
+        d.job.createdAt,
+        d.attempts[0]!.leasedAt,
+        d.attempts[0]!.dispatchedAt,
+        d.attempts[0]!.finishedAt,
+      ]);
+      // No event rows: each step is a column of its row, and none of them can change.
+      for (const sql of [
+        `UPDATE jobs SET enqueue_actor = 'forged'`,
+        `UPDATE attempts SET lease_ms = 1`,
+        `UPDATE attempts SET owner_id = 'forged'`,
+        `UPDATE attempts SET dispatched_at = finished_at`,
+        `UPDATE attempts SET ended_job = 'FAILED'`,
+        `UPDATE attempts SET result_json = '{}'`,
+      ])
+        await expect(rawSql(ts, sql), sql).rejects.toThrow(/write-once/);
+      await expect(rawSql(ts, `DELETE FROM events`)).resolves.toBeUndefined();
+      expect((await detail(c.job.id)).events).toEqual(d.events);
+    });
+
+    it('a job written before the columns keeps its stored enqueued event, and its enqueuer', async () => {
+      const [r] = await insert(newJob('old'));
+      const id = r!.job.id;
+      // The row as the store wrote it before migration 11: no enqueue_actor, an event instead.
+      await rawSql(
+        ts,
+        ts.kind === 'sqlite'
+          ? 'DROP TRIGGER jobs_facts_once'
+          : 'DROP TRIGGER jobs_facts_once ON jobs',
+      );
+      await rawSql(ts, `UPDATE jobs SET enqueue_actor = NULL WHERE id = '${id}'`);
+      await rawSql(
+        ts,
+        `INSERT INTO events (job_id, attempt_no, request_fingerprint, kind, from_state, to_state, actor, detail_json, at)
+         SELECT id, NULL, request_fingerprint, 'enqueued', NULL, 'QUEUED', 'http:old', NULL, created_at
+         FROM jobs WHERE id = '${id}'`,
+      );
+      const before = await detail(id);
+      expect(before.events.map((e) => [e.kind, e.actor, e.id > 0])).toEqual([
+        ['enqueued', 'http:old', true],
+      ]);
+      expect(before.enqueuedBy).toBe('http:old');
+      // Claimed by the new code: its leased step is a column, after the stored enqueue.
+      const [c] = await claim({ limit: 1, leaseMs: LEASE_MS });
+      expect(c?.job.id).toBe(id);
+      const after = await detail(id);
+      expect(after.events.map((e) => [e.kind, e.actor])).toEqual([
+        ['enqueued', 'http:old'],
+        ['leased', 'w1'],
+      ]);
+      expect(after.events[0]).toEqual(before.events[0]);
+    });
+
+    it('a job awaiting approval keeps its enqueued event; its enqueuer is the column', async () => {
+      const [r] = await insert(newJob('ask', { approval: { reason: 'big', expiresInMs: null } }));
+      const d = await detail(r!.job.id);
+      expect(d.events.map((e) => [e.kind, e.toState, e.actor, e.id > 0])).toEqual([
+        ['enqueued', 'AWAITING_APPROVAL', 'test', true],
+      ]);
+      expect(d.enqueuedBy).toBe('test');
+      const [q] = await insert(newJob('plain'));
+      expect((await detail(q!.job.id)).enqueuedBy).toBe('test');
     });
   });
 

@@ -274,9 +274,9 @@ async function readableJob(c: C, deps: ApiDeps, id: string): Promise<JobDetail> 
   return detail;
 }
 
-/** Who asked for the job: the actor of its `enqueued` event. */
+/** Who asked for the job: its recorded enqueuer (`JobDetail.enqueuedBy`). */
 function enqueuedBy(detail: JobDetail): string | undefined {
-  return detail.events.find((e) => e.kind === 'enqueued')?.actor;
+  return detail.enqueuedBy ?? undefined;
 }
 
 function decisionBy(p: Principal): DecisionBy {

@@ -78,6 +78,7 @@ export interface AttemptRecord {
 }
 
 export interface EventRecord {
+  /** Its row's id, in append order; 0 for a routine step read from its row's columns (trail.ts). */
   id: number;
   jobId: string;
   attemptNo: number | null;
@@ -94,6 +95,11 @@ export interface JobDetail {
   job: JobRecord;
   attempts: AttemptRecord[];
   events: EventRecord[];
+  /**
+   * Who asked for the job (the enqueue's actor, e.g. `http:<token>`): its `enqueue_actor`, or for a
+   * job enqueued before that column, its `enqueued` event's actor. Read by ownership checks.
+   */
+  enqueuedBy?: string | null;
 }
 
 export interface JobInsert {

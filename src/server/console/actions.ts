@@ -84,7 +84,7 @@ export async function decideApprovals(
       if (
         selfApprovalRefused &&
         approve &&
-        detail.events.find((e) => e.kind === 'enqueued')?.actor === enqueuerOf(p)
+        detail.enqueuedBy === enqueuerOf(p)
       )
         throw new NotPermitted(
           `you enqueued job ${id}: this server refuses an approval by the principal that asked for the job (four eyes)`,

@@ -50,6 +50,7 @@ export function planCancel(p: {
         resultJson: null,
         errorJson: null,
         reason: 'cancelled',
+        endedJob: null,
       },
       job: planJobWrite(job, 'CANCELLED', now, { errorJson }),
       events: [

@@ -28,6 +28,12 @@ export interface FinishParams {
   resetsLookupFailures: boolean;
   eventKind: string;
   eventDetailJson: string;
+  /**
+   * A worker's outcome that ends the job SUCCEEDED or FAILED: a routine step (invariant 8),
+   * recorded as the attempt's `ended_job` instead of an event when the actor is the lease's owner
+   * (the event it stands for is rebuilt from the attempt's columns: src/store/trail.ts).
+   */
+  routine: boolean;
 }
 
 const EVENT_KINDS = new Map<string, string>();
@@ -58,6 +64,11 @@ export function finishParams(
     jobErrorJson: to === 'FAILED' || to === 'NEEDS_REVIEW' ? jsonOrNull(error) : null,
     resetsLookupFailures: to === 'UNKNOWN',
     eventKind: attemptEventKind(f.state),
+    routine:
+      (to === 'SUCCEEDED' || to === 'FAILED') &&
+      'resultJson' in f &&
+      f.job.delayMs === undefined &&
+      unproven.length === 0,
     // Serialized by hand when it has only the constant part (the common case, on the hot path).
     eventDetailJson:
       f.reason || error || f.job.delayMs !== undefined || unproven.length > 0
@@ -79,7 +90,7 @@ export const UNPROVEN =
 type FenceJob = Pick<JobRecord, 'id' | 'state' | 'attemptCount' | 'nextCheckAt'>;
 type FenceAttempt = Pick<
   AttemptRecord,
-  'attemptNo' | 'state' | 'leaseToken' | 'leaseExpiresAt' | 'dispatchedAt'
+  'attemptNo' | 'state' | 'leaseToken' | 'leaseExpiresAt' | 'dispatchedAt' | 'ownerId'
 >;
 
 /**
@@ -160,6 +171,7 @@ function endAttempt(
   const fp = finishParams(f, j.unproven);
   const resultJson = 'resultJson' in f ? f.resultJson : null;
   const error = 'error' in f ? f.error : null;
+  const routine = fp.routine && f.actor === attempt.ownerId;
   return {
     attemptEnd: {
       attemptNo: attempt.attemptNo,
@@ -169,6 +181,7 @@ function endAttempt(
       resultJson,
       errorJson: jsonOrNull(error),
       reason: f.reason,
+      endedJob: routine ? (fp.jobTo as 'SUCCEEDED' | 'FAILED') : null,
     },
     job: planJobWrite(job, fp.jobTo, now, {
       ...(fp.runDelayMs !== null ? { runAt: now + fp.runDelayMs } : {}),
@@ -179,16 +192,18 @@ function endAttempt(
       resultJson: fp.jobResultJson,
       errorJson: fp.jobErrorJson,
     }),
-    events: [
-      {
-        attemptNo: attempt.attemptNo,
-        kind: fp.eventKind,
-        fromState: 'LEASED',
-        toState: fp.jobTo,
-        actor: f.actor,
-        detailJson: fp.eventDetailJson,
-      },
-    ],
+    events: routine
+      ? []
+      : [
+          {
+            attemptNo: attempt.attemptNo,
+            kind: fp.eventKind,
+            fromState: 'LEASED',
+            toState: fp.jobTo,
+            actor: f.actor,
+            detailJson: fp.eventDetailJson,
+          },
+        ],
     requeue: fp.jobTo === 'QUEUED',
   };
 }

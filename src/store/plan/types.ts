@@ -30,6 +30,8 @@ export interface AttemptEnd {
   resultJson: string | null;
   errorJson: string | null;
   reason: string | null;
+  /** A routine outcome (plan/finish.ts `FinishParams.routine`): the job's end, recorded here. */
+  endedJob: 'SUCCEEDED' | 'FAILED' | null;
 }
 
 /** A resolution added to an UNKNOWN attempt that has none. */

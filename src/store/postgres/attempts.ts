@@ -103,21 +103,65 @@ export async function dispatchNow(h: PgHandle, leases: LeaseRef[]): Promise<Disp
   const r = await h.db.statement<{
     status: string;
     lease_expires_at: number | null;
-    now: number;
+    dispatched_at: number | null;
   }>(PREPARED.attemptDispatch, h.sql.attemptDispatch, [
     leases.map((l) => l.jobId),
     leases.map((l) => l.attemptNo),
     leases.map((l) => l.leaseToken),
   ]);
   assert(r.rows.length === leases.length, 'the dispatch statement answered once per lease');
+  const recheck = leases.filter((_, i) => r.rows[i]!.status === 'recheck');
+  const why = recheck.length > 0 ? await dispatchRefusals(h, recheck) : [];
+  let k = 0;
   return r.rows.map((row): DispatchMarkResult => {
     if (row.status === 'ok')
-      return { ok: true, dispatchedAt: row.now, leaseExpiresAt: row.lease_expires_at! };
+      return { ok: true, dispatchedAt: row.dispatched_at!, leaseExpiresAt: row.lease_expires_at! };
+    if (row.status === 'recheck') return { ok: false, reason: why[k++]! };
     assert(
       row.status === 'lease-lost' || row.status === 'lease-expired',
       `unexpected dispatch status ${row.status}`,
     );
     return { ok: false, reason: row.status };
+  });
+}
+
+/**
+ * Why these leases took no marker though the statement's snapshot held them unmarked, read
+ * after it (so the commit that made the update skip them is seen): lost, or expired; one that
+ * holds, unexpired, was marked by another caller meanwhile (a bug).
+ */
+async function dispatchRefusals(
+  h: PgHandle,
+  leases: LeaseRef[],
+): Promise<('lease-lost' | 'lease-expired')[]> {
+  const r = await h.db.run((c) =>
+    c.query<{
+      job_state: string | null;
+      attempt_count: number | null;
+      state: string | null;
+      lease_token: string | null;
+      lease_expires_at: number | null;
+      dispatched_at: number | null;
+      now: number;
+    }>(h.sql.attemptDispatchWhy, [leases.map((l) => l.jobId), leases.map((l) => l.attemptNo)]),
+  );
+  return r.rows.map((row, i) => {
+    const lease = leases[i]!;
+    const holds =
+      row.state === 'LEASED' &&
+      row.lease_token === lease.leaseToken &&
+      row.job_state === 'LEASED' &&
+      row.attempt_count === lease.attemptNo;
+    if (!holds) return 'lease-lost';
+    if (row.lease_expires_at! <= row.now) return 'lease-expired';
+    assert(
+      row.dispatched_at === null,
+      `job ${lease.jobId} attempt ${lease.attemptNo} dispatched twice`,
+    );
+    // Held, unexpired and unmarked later than the update: the update would have marked it.
+    throw new InvariantViolation(
+      `job ${lease.jobId} attempt ${lease.attemptNo}: its fence holds but its marker did not apply`,
+    );
   });
 }
 
@@ -185,6 +229,7 @@ export async function finishNow(h: PgHandle, finishes: AttemptFinish[]): Promise
       h.channel,
       pcol((f) => f.resetsLookupFailures),
       pcol((f) => isTerminal(f.jobTo)),
+      pcol((f) => f.routine),
     ],
     (what) => {
       // "finish <index from 1> marked|unmarked": rethrow what rules.ts said of that finish.

@@ -284,6 +284,7 @@ export class TxWrites {
         result_json: e.resultJson,
         error_json: e.errorJson,
         reason: e.reason,
+        ended_job: e.endedJob,
       });
     const j = w.job;
     this.jobs.push({

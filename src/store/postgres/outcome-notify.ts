@@ -2,9 +2,10 @@
  * Outcome notifications for the PostgreSQL store (`jobChangeSubscribe`, `jobStateMany`): what
  * wakes `q.call` and `q.waitFor` waiters in any process on any host.
  *
- * A trigger on `jobs` (migration "outcome notifications") NOTIFYs the schema's outcome channel
- * with the job's id when a job that someone waits for (`watch`: a row in outcome_waits) reaches
- * a terminal or waiting state, so no statement of the hot path changes. One dedicated connection per subscription (the queue opens one, shared by all
+ * A row trigger on `jobs` (migration 11) NOTIFYs the schema's outcome channel with the job's id
+ * when a job that someone waits for (`watch`: its `watched` flag, tested in the trigger's WHEN,
+ * so other jobs cost no call) reaches a terminal or waiting state: no statement of the hot path
+ * changes. One dedicated connection per subscription (the queue opens one, shared by all
  * its waiters) LISTENs on it. Best effort: it reconnects with capped backoff after a loss and
  * then reports `[]` ("check every job you wait for"), and waiters poll besides. Waiters read
  * job states on that connection too: the pool's connections are busy with the hot path.
@@ -93,7 +94,7 @@ class OutcomeListener {
       },
       // Notifications sent while we were away are lost: every waiter checks its job.
       onReconnect: () => this.tell([]),
-      // Its writes (outcome_waits) need no fsync: a lost one costs a waiter only latency.
+      // Its writes (`watched` flags) need no fsync: a lost one costs a waiter only latency.
       setup: (c) => c.query('SET synchronous_commit = off'),
     });
   }
@@ -118,21 +119,21 @@ class OutcomeListener {
   }
 
   /**
-   * Marks these jobs as waited for (outcome_waits), so that their changes notify: the ones that
-   * exist and are not terminal. Not synchronous: a row lost in a crash costs only latency.
-   * FOR SHARE: a job being finished meanwhile is waited for and then seen terminal (no row
-   * written), and a finish after this insert waits for it, so the finish's trigger deletes the
-   * row. Without it, a row written while its job finished outlived the job's wait for good.
+   * Marks these jobs as waited for (`watched`), so that their changes notify: the ones that
+   * exist, are not terminal and are not watched yet. Not synchronous: a flag lost in a crash
+   * costs only latency. A job being finished meanwhile is waited for and then seen terminal (no
+   * flag set); a finish after the flag sees it. Locked in id order, as the finishes lock.
    */
   async watch(schema: string, ids: string[]): Promise<void> {
     const s = quote(schema);
     await this.serial((c) =>
       c.query(
-        `INSERT INTO ${s}.outcome_waits (job_id)
-       SELECT id FROM ${s}.jobs
-       WHERE id = ANY($1::text[]) AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
-       ORDER BY id FOR SHARE
-       ON CONFLICT DO NOTHING`,
+        `UPDATE ${s}.jobs j SET watched = true
+       FROM (SELECT id FROM ${s}.jobs
+         WHERE id = ANY($1::text[]) AND NOT watched
+           AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
+         ORDER BY id FOR NO KEY UPDATE) w
+       WHERE j.id = w.id`,
         [ids],
       ),
     );

@@ -4,7 +4,6 @@
 import type { JobState } from '../../core/states.js';
 import {
   attemptFromRow,
-  eventFromRow,
   jobFromRow,
   statsFromRows,
   type AttemptRow,
@@ -20,6 +19,7 @@ import {
   onlyIndexedStates,
   searchPage,
 } from '../search.js';
+import { detailFromRows } from '../trail.js';
 import type {
   ActivityParams,
   ActivityStats,
@@ -41,11 +41,7 @@ export async function jobGet(h: PgHandle, p: { id: string }): Promise<JobDetail 
   );
   const row = r.rows[0];
   if (!row) return null;
-  return {
-    job: jobFromRow(row.job),
-    attempts: row.attempts.map(attemptFromRow),
-    events: row.events.map(eventFromRow),
-  };
+  return detailFromRows(row.job, row.attempts, row.events);
 }
 
 export async function jobList(h: PgHandle, p: JobListParams): Promise<JobRecord[]> {

@@ -180,7 +180,9 @@ function markingSql(schema: string, mode: PgRestoreReconcile): string {
   assertAttemptTransition('LEASED', 'UNKNOWN');
   const marks = restoreMarks(mode);
   const lit = (v: string) => pg.escapeLiteral(v);
-  const last = `(SELECT (extract(epoch FROM max(at)) * 1000)::bigint FROM events)`;
+  // The last recorded step: an event, or a routine step in its row's columns (invariant 8).
+  const last = `(SELECT (extract(epoch FROM max(t)) * 1000)::bigint FROM (SELECT max(at) AS t FROM events
+    UNION ALL SELECT max(updated_at) FROM jobs UNION ALL SELECT max(dispatched_at) FROM attempts) s)`;
   const detail = (extra: object) =>
     `(${lit(JSON.stringify({ ...extra, presumedDispatch: true }))}::jsonb
       || jsonb_build_object('backupLastEventAt', ${last}))::text`;

@@ -8,15 +8,8 @@
  * then the jobs.
  */
 import type pg from 'pg';
-import {
-  attemptFromRow,
-  eventFromRow,
-  jobFromRow,
-  toMs,
-  type AttemptRow,
-  type EventRow,
-  type JobRow,
-} from '../rows.js';
+import { toMs, type AttemptRow, type EventRow, type JobRow } from '../rows.js';
+import { detailFromRows } from '../trail.js';
 import type { JobDetail, JobPruneParams, JobPruneResult, PrunableState } from '../store.js';
 import { archivedAsIs, emptyCounts, statesOf } from '../prune.js';
 import { quoteIdent } from './statements.js';
@@ -123,13 +116,6 @@ async function deleteBatch(
     `DELETE FROM ${s}.jobs WHERE id = ANY($1::text[]) RETURNING state`,
     [doomed],
   );
-  // Waits of these jobs, and strays: a wait whose job ended or went (outcome-notify.ts).
-  await c.query(
-    `DELETE FROM ${s}.outcome_waits w WHERE w.job_id = ANY($1::text[]) OR NOT EXISTS (
-       SELECT 1 FROM ${s}.jobs j WHERE j.id = w.job_id
-         AND j.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED'))`,
-    [doomed],
-  );
   for (const j of jobs.rows) result.jobs[j.state]++;
   result.events = ev.rowCount ?? 0;
   result.attempts = at.rowCount ?? 0;
@@ -147,9 +133,12 @@ async function readHistories(c: Queryable, s: string, ids: string[]): Promise<Jo
     `SELECT * FROM ${s}.events WHERE job_id = ANY($1::text[]) ORDER BY job_id, id`,
     [ids],
   );
-  const byId = new Map<string, JobDetail>();
-  for (const j of jobs.rows) byId.set(j.id, { job: jobFromRow(j), attempts: [], events: [] });
-  for (const a of attempts.rows) byId.get(a.job_id)?.attempts.push(attemptFromRow(a));
-  for (const e of events.rows) byId.get(e.job_id)?.events.push(eventFromRow(e));
-  return ids.flatMap((id) => byId.get(id) ?? []);
+  const byId = new Map<string, { job: JobRow; attempts: AttemptRow[]; events: EventRow[] }>();
+  for (const j of jobs.rows) byId.set(j.id, { job: j, attempts: [], events: [] });
+  for (const a of attempts.rows) byId.get(a.job_id)?.attempts.push(a);
+  for (const e of events.rows) byId.get(e.job_id)?.events.push(e);
+  return ids.flatMap((id) => {
+    const r = byId.get(id);
+    return r ? [detailFromRows(r.job, r.attempts, r.events)] : [];
+  });
 }

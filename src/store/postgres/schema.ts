@@ -301,6 +301,75 @@ CREATE TABLE IF NOT EXISTS flow_schedules (
     sql: `ALTER TABLE jobs ADD COLUMN IF NOT EXISTS trace_parent text;`,
   },
   {
+    // Invariant 8: an attempt's routine steps are write-once columns, not events. A job's
+    // enqueue_actor is its `enqueued` step (QUEUED at created_at); an attempt's lease_ms its
+    // `leased` step (at leased_at, by owner_id), which also makes its dispatch marker the
+    // `dispatched` step; ended_job the outcome that ended the job SUCCEEDED or FAILED (at
+    // finished_at). NULL: the step, if any, is an event (every older row). Readers rebuild one
+    // trail from both (src/store/trail.ts). The triggers refuse changing a recorded fact; their
+    // WHEN is judged without a function call, so an update that keeps them costs no call.
+    // Attempt and job pages keep half free (fillfactor 50): the dispatch marker changes no
+    // indexed column, so with room on its page it is a HOT update (no new entry in the
+    // attempts' three indexes), and the claim's and outcome's new versions of a row land on its
+    // own page (a version moved to another page costs a lock record and a full-size image).
+    version: 11,
+    name: 'routine steps as write-once columns',
+    sql: `
+ALTER TABLE jobs ADD COLUMN IF NOT EXISTS enqueue_actor text;
+ALTER TABLE attempts
+  ADD COLUMN IF NOT EXISTS lease_ms bigint,
+  ADD COLUMN IF NOT EXISTS ended_job text CHECK (ended_job IN ('SUCCEEDED','FAILED'));
+ALTER TABLE attempts SET (fillfactor = 50);
+ALTER TABLE jobs SET (fillfactor = 50);
+CREATE OR REPLACE FUNCTION facts_write_once() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION 'reckon: a recorded step of % is write-once (invariant 8)', TG_TABLE_NAME
+    USING ERRCODE = 'restrict_violation';
+END
+$$;
+DROP TRIGGER IF EXISTS jobs_facts_once ON jobs;
+CREATE TRIGGER jobs_facts_once BEFORE UPDATE ON jobs FOR EACH ROW
+  WHEN (OLD.enqueue_actor IS DISTINCT FROM NEW.enqueue_actor
+    OR OLD.created_at IS DISTINCT FROM NEW.created_at)
+  EXECUTE FUNCTION facts_write_once();
+DROP TRIGGER IF EXISTS attempts_facts_once ON attempts;
+CREATE TRIGGER attempts_facts_once BEFORE UPDATE ON attempts FOR EACH ROW
+  WHEN (OLD.lease_ms IS DISTINCT FROM NEW.lease_ms
+    OR OLD.leased_at IS DISTINCT FROM NEW.leased_at
+    OR OLD.owner_id IS DISTINCT FROM NEW.owner_id
+    OR (OLD.dispatched_at IS NOT NULL AND NEW.dispatched_at IS DISTINCT FROM OLD.dispatched_at)
+    OR (OLD.ended_job IS NOT NULL AND (NEW.ended_job, NEW.state, NEW.finished_at, NEW.reason,
+      NEW.result_json, NEW.error_json) IS DISTINCT FROM (OLD.ended_job, OLD.state,
+      OLD.finished_at, OLD.reason, OLD.result_json, OLD.error_json))
+    OR (OLD.state <> 'LEASED' AND NEW.ended_job IS DISTINCT FROM OLD.ended_job))
+  EXECUTE FUNCTION facts_write_once();
+-- Outcome notifications cost only the jobs someone waits for: \`watched\` is set when a waiter
+-- watches the job (outcome-notify.ts), and the row trigger's WHEN tests it, so an update of any
+-- other job calls no function and builds no transition table (migration 4's statement trigger
+-- ran once per UPDATE of jobs, and captured every updated row twice, waited for or not).
+ALTER TABLE jobs ADD COLUMN IF NOT EXISTS watched boolean NOT NULL DEFAULT false;
+UPDATE jobs j SET watched = true FROM outcome_waits w WHERE w.job_id = j.id;
+DROP TRIGGER IF EXISTS jobs_outcome ON jobs;
+DROP FUNCTION IF EXISTS jobs_notify_outcome();
+DROP TABLE IF EXISTS outcome_waits;
+CREATE OR REPLACE FUNCTION jobs_notify_watched() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  -- The outcome rides in the notification when it fits (8000 bytes): no read needed.
+  payload text := json_build_object('id', NEW.id, 'state', NEW.state,
+    'result', NEW.result_json, 'error', NEW.error_json)::text;
+BEGIN
+  PERFORM pg_notify(TG_TABLE_SCHEMA || '_outcome',
+    CASE WHEN octet_length(payload) > 7900 THEN json_build_object('id', NEW.id)::text
+         ELSE payload END);
+  RETURN NULL;
+END $$;
+CREATE TRIGGER jobs_outcome AFTER UPDATE ON jobs FOR EACH ROW
+  WHEN (NEW.watched AND NEW.state IS DISTINCT FROM OLD.state AND NEW.state IN
+    ('SUCCEEDED', 'FAILED', 'CANCELLED', 'UNKNOWN', 'NEEDS_REVIEW', 'AWAITING_APPROVAL'))
+  EXECUTE FUNCTION jobs_notify_watched();
+`,
+  },
+  {
     // A job list or search by operation reads that operation's newest jobs in id order, however
     // rare the operation (issue #28: lists and searches with 1,000,000 jobs). Neither column ever
     // changes: one index entry per enqueue, nothing on the hot path's state changes.

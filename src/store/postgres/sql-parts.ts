@@ -74,9 +74,9 @@ export function jobColumns(alias: string): string {
 }
 
 /**
- * The hot paths' lock step, as CTEs `locked` and `now`: locks the job and the attempt of every
- * `input` row (columns job_id, attempt_no) in job id order, so that concurrent batches never wait
- * on each other in a cycle (the same order as every other fenced write). `now` is the clock once
+ * The outcome's lock step (the dispatch marker has none), as CTEs `locked` and `now`: locks the
+ * job and the attempt of every `input` row (columns job_id, attempt_no) in job id order, so that
+ * concurrent batches never wait on each other in a cycle (the order of every other fenced write). `now` is the clock once
  * every lock is held: it is read above the lock for each row, and the latest one is kept.
  *
  * The writes that follow find the locked rows by primary key, and test only what the lock step
@@ -90,7 +90,8 @@ locked AS MATERIALIZED (
   SELECT l.*, ${NOW} AS t
   FROM (
     SELECT j.id, j.queue, j.state AS job_state, j.attempt_count, j.request_fingerprint,
-      a.attempt_no, a.state, a.lease_token, a.lease_expires_at, a.dispatched_at, a.owner_id
+      a.attempt_no, a.state, a.lease_token, a.lease_expires_at, a.dispatched_at, a.owner_id,
+      a.lease_ms
     FROM ${jobs} j JOIN ${attempts} a ON a.job_id = j.id
     -- By primary key whatever the plan (a merge join walked attempts_pkey across other leases).
     WHERE a.job_id = ANY (ARRAY(SELECT i.job_id FROM input i))

@@ -21,7 +21,7 @@ import {
 // after it, and WAL is flushed in order, so the marker is never durable without its claim. A
 // claim lost to a server crash was acted on by nobody: its job is simply QUEUED again.
 export function claim(t: Tables, picked: string): string {
-  const { jobs, attempts, events } = t;
+  const { jobs, attempts } = t;
   return `
 WITH now AS MATERIALIZED (SELECT ${NOW} AS t, set_config('synchronous_commit', 'off', true) AS async),${picked},
 leased AS (
@@ -38,18 +38,13 @@ leased AS (
   RETURNING j.*, gen_random_uuid()::text AS a_lease_token, now.t AS a_leased_at,
     now.t + ${millis('$4')} AS a_lease_expires_at
 ),
+-- Its lease_ms records the attempt's \`leased\` step (invariant 8): no event row.
 attempt AS (
   INSERT INTO ${attempts} (job_id, attempt_no, request_key, request_fingerprint, state, owner_id,
-    lease_token, leased_at, lease_expires_at)
+    lease_token, leased_at, lease_expires_at, lease_ms)
   SELECT l.id, l.attempt_count, l.request_key, l.request_fingerprint, 'LEASED', $3,
-    l.a_lease_token, l.a_leased_at, l.a_lease_expires_at
+    l.a_lease_token, l.a_leased_at, l.a_lease_expires_at, $4::bigint
   FROM leased l
-),
-leased_event AS (
-  INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, from_state, to_state, actor, detail_json, at)
-  SELECT l.id, l.attempt_count, l.request_fingerprint, 'leased', 'QUEUED', 'LEASED', $3,
-    json_build_object('leaseMs', $4::bigint)::text, now.t
-  FROM leased l, now
 )
 SELECT ${jobColumns('l')},
   l.a_lease_token, ${toMs('l.a_leased_at')} AS a_leased_at,
@@ -144,60 +139,97 @@ export function dispatchStatements(t: Tables) {
   const { jobs, attempts, events } = t;
   return {
     /**
-     * Invariant 3 in ONE statement. $1 job ids (text[]), $2 attempt nos (int[]), $3 lease tokens
-     * (text[]), one lease per index. Locks every lease's job and attempt (`lockedLeases`), judges
-     * each on the locked rows and the clock after the locks (rules.ts `leaseHolds`, then the
-     * lease unexpired), sets `dispatched_at` of those that pass, fenced again on token, state and
-     * expiry, and appends their `dispatched` events. Returns one row per lease, in order: status
-     * ok | lease-lost | lease-expired, the lease's expiry and now (epoch ms). A held, unexpired
-     * lease that is already marked (or named twice) aborts the statement, naming the first such
-     * lease: dispatched twice is a bug.
+     * Invariant 3 in ONE statement, with no lock step: $1 job ids (text[]), $2 attempt nos
+     * (int[]), $3 lease tokens (text[]), one lease per index. Sets `dispatched_at` of every
+     * attempt whose fence holds, judged by the conditional update itself on the row's latest
+     * version: token, attempt LEASED and unexpired on the database's clock, no marker yet. Its
+     * job need not be read: an attempt LEASED always means its job is LEASED on it (every move
+     * that takes a job off its attempt ends the attempt in the same commit). Appends
+     * `dispatched` events for attempts leased before migration 11. Returns one row per lease, in
+     * order: status, the lease's expiry and its marker's time (epoch ms). A lease not marked is
+     * judged on the statement's snapshot (`rules.ts` leaseHolds, then expiry): lease-lost,
+     * lease-expired, or — held, unexpired and unmarked there, so changed since by a commit the
+     * update waited for — recheck (`attemptDispatchWhy` reads it after this commit). One already
+     * marked (or named twice) while held and unexpired aborts the statement, naming the first:
+     * dispatched twice is a bug. Rows are updated in job id order, as every fenced write locks.
      */
     attemptDispatch: `
 WITH input AS MATERIALIZED (
   SELECT * FROM unnest($1::text[], $2::int[], $3::text[]) WITH ORDINALITY
     AS i(job_id, attempt_no, lease_token, ord)
+  ORDER BY i.job_id
 ),
-${lockedLeases(jobs, attempts)},
-judged AS MATERIALIZED (
-  SELECT i.ord, i.job_id, i.attempt_no, i.lease_token, l.request_fingerprint, l.owner_id,
-    l.lease_expires_at,
-    CASE
-      WHEN NOT ${LEASE_HOLDS} THEN 'lease-lost'
-      WHEN l.lease_expires_at <= now.t THEN 'lease-expired'
-      WHEN l.dispatched_at IS NOT NULL OR NOT ${FIRST_OF_LEASE} THEN 'twice'
-      ELSE 'ok'
-    END AS status
-  FROM input i CROSS JOIN now
-  LEFT JOIN locked l ON l.id = i.job_id AND l.attempt_no = i.attempt_no
-),
-first_bad AS MATERIALIZED (SELECT min(ord) AS ord FROM judged WHERE status = 'twice'),
 marked AS (
-  UPDATE ${attempts} a SET dispatched_at = now.t
-  FROM judged g, now
-  -- Judged LEASED on the locked row: no state test here (see lockedLeases).
-  WHERE g.status = 'ok' AND a.job_id = g.job_id AND a.attempt_no = g.attempt_no
-    AND a.lease_token = g.lease_token AND a.dispatched_at IS NULL
-    AND a.lease_expires_at > now.t
-  RETURNING a.job_id
+  -- The clock is read per row as it is updated, after any wait for its lock.
+  UPDATE ${attempts} a SET dispatched_at = ${NOW}
+  FROM input i
+  -- By primary key: the ANY keeps the planner on attempts_pkey (a bare state test matched the
+  -- partial indexes of LEASED attempts, read whole in a nested loop with the batch).
+  WHERE a.job_id = ANY (ARRAY(SELECT x.job_id FROM input x))
+    AND a.job_id = i.job_id AND a.attempt_no = i.attempt_no AND a.lease_token = i.lease_token
+    AND a.state = 'LEASED' AND a.dispatched_at IS NULL AND a.lease_expires_at > ${NOW}
+  RETURNING a.job_id, a.attempt_no, a.lease_token, a.lease_expires_at, a.dispatched_at,
+    a.owner_id, a.request_fingerprint, a.lease_ms
 ),
 dispatched_event AS (
   INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, actor, at)
-  SELECT g.job_id, g.attempt_no, g.request_fingerprint, 'dispatched', g.owner_id, now.t
-  FROM judged g, now
-  WHERE g.status = 'ok'
-  ORDER BY g.ord
-)
-SELECT g.status, ${toMs('g.lease_expires_at')} AS lease_expires_at, ${toMs('now.t')} AS now,
-  CASE
-    WHEN g.ord = f.ord
-      THEN ${fail(`'job ' || g.job_id || ' attempt ' || g.attempt_no || ' dispatched twice'`)}
-    WHEN g.ord = 1 AND f.ord IS NULL
-        AND (SELECT count(*) FROM marked) <> (SELECT count(*) FROM judged WHERE status = 'ok')
-      THEN ${fail(`'not every held lease took its dispatch marker (batch of job ' || g.job_id || ')'`)}
+  SELECT m.job_id, m.attempt_no, m.request_fingerprint, 'dispatched', m.owner_id, m.dispatched_at
+  FROM marked m
+  -- An attempt leased with its steps as columns has its marker as its \`dispatched\` step.
+  WHERE m.lease_ms IS NULL
+  ORDER BY m.job_id
+),
+judged AS MATERIALIZED (
+  SELECT i.ord, m.lease_expires_at, m.dispatched_at,
+    CASE
+      WHEN NOT ${FIRST_OF_LEASE} THEN 'twice'
+      WHEN m.job_id IS NOT NULL THEN 'ok'
+      WHEN NOT ${LEASE_HOLDS} THEN 'lease-lost'
+      WHEN l.lease_expires_at <= ${NOW} THEN 'lease-expired'
+      WHEN l.dispatched_at IS NOT NULL THEN 'twice'
+      ELSE 'recheck'
+    END AS status
+  FROM input i
+  LEFT JOIN marked m
+    ON m.job_id = i.job_id AND m.attempt_no = i.attempt_no AND m.lease_token = i.lease_token
+  -- What the snapshot held, read only for a lease the update left alone.
+  LEFT JOIN LATERAL (
+    SELECT j.state AS job_state, j.attempt_count, a.state, a.lease_token, a.lease_expires_at,
+      a.dispatched_at
+    FROM ${jobs} j JOIN ${attempts} a ON a.job_id = j.id
+    WHERE m.job_id IS NULL AND j.id = i.job_id AND a.job_id = i.job_id
+      AND a.attempt_no = i.attempt_no
+  ) l ON true
+),
+first_bad AS MATERIALIZED (SELECT min(ord) AS ord FROM judged WHERE status = 'twice')
+SELECT g.status, ${toMs('g.lease_expires_at')} AS lease_expires_at,
+  ${toMs('g.dispatched_at')} AS dispatched_at,
+  CASE WHEN g.ord = f.ord
+    THEN ${fail(`'job ' || i.job_id || ' attempt ' || i.attempt_no || ' dispatched twice'`)}
   END AS violated
-FROM judged g CROSS JOIN now CROSS JOIN first_bad f
+FROM judged g JOIN input i ON i.ord = g.ord CROSS JOIN first_bad f
 ORDER BY g.ord`,
+
+    ...dispatchWhyStatements(t),
+  };
+}
+
+/** The dispatch marker's second look, at leases it did not mark (see `attemptDispatch`). */
+function dispatchWhyStatements(t: Tables) {
+  const { jobs, attempts } = t;
+  return {
+    /**
+     * Why leases were not marked: $1 job ids (text[]), $2 attempt nos (int[]). Per lease, in
+     * order: its job's state and attempt count and its attempt's (null when absent), times in ms.
+     */
+    attemptDispatchWhy: `
+SELECT j.state AS job_state, j.attempt_count, a.state, a.lease_token,
+  ${toMs('a.lease_expires_at')} AS lease_expires_at, ${toMs('a.dispatched_at')} AS dispatched_at,
+  ${toMs(NOW)} AS now
+FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS i(job_id, attempt_no, ord)
+LEFT JOIN ${jobs} j ON j.id = i.job_id
+LEFT JOIN ${attempts} a ON a.job_id = i.job_id AND a.attempt_no = i.attempt_no
+ORDER BY i.ord`,
   };
 }
 
@@ -209,8 +241,10 @@ ORDER BY g.ord`,
  * $13 event kind, $14 actor, $15 event detail_json, $16 / $17: the outcome breaks an
  * invariant if the attempt has no marker / has one (rules.ts `assertFinishLegal`, judged by
  * the store beforehand for both cases); $18 the channel; $19 the job's lookup failures
- * restart at 0, $20 the job's state is terminal (finished_at). $8–$13, $15, $19 and $20 are
- * the plan's (plan/finish.ts `finishParams`): the statement adds the fence and the clock.
+ * restart at 0, $20 the job's state is terminal (finished_at), $21 the outcome is routine
+ * (recorded as the attempt's ended_job, not an event, when the actor owns the lease: plan/finish.ts
+ * `FinishParams.routine`). $8–$13, $15 and $19–$21 are the plan's (plan/finish.ts
+ * `finishParams`): the statement adds the fence and the clock.
  * Locks like `attemptDispatch`; a finish applies when its lease holds (rules.ts `leaseHolds`)
  * and it is the first of that lease in the batch. Ends those attempts, moves their jobs
  * (as the transaction path's `finishAttempt` does), appends their events and wakes the
@@ -226,15 +260,17 @@ export function finishStatements(t: Tables) {
 WITH input AS MATERIALIZED (
   SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[],
       $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::text[], $13::text[],
-      $14::text[], $15::text[], $16::bool[], $17::bool[], $19::bool[], $20::bool[]) WITH ORDINALITY
+      $14::text[], $15::text[], $16::bool[], $17::bool[], $19::bool[], $20::bool[], $21::bool[])
+      WITH ORDINALITY
     AS i(job_id, attempt_no, lease_token, state, reason, result_json, error_json, job_to,
       run_delay_ms, check_after_ms, job_result_json, job_error_json, kind, actor, detail_json,
-      bad_unmarked, bad_marked, resets_lookups, terminal, ord)
+      bad_unmarked, bad_marked, resets_lookups, terminal, routine, ord)
 ),
 ${lockedLeases(jobs, attempts)},
 held AS MATERIALIZED (
   SELECT i.*, l.request_fingerprint, l.queue, l.dispatched_at,
-    ${LEASE_HOLDS} AND ${FIRST_OF_LEASE} AS applies
+    ${LEASE_HOLDS} AND ${FIRST_OF_LEASE} AS applies,
+    coalesce(i.routine AND i.actor = l.owner_id, false) AS ends_routinely
   FROM input i
   LEFT JOIN locked l ON l.id = i.job_id AND l.attempt_no = i.attempt_no
 ),
@@ -246,7 +282,8 @@ judged AS MATERIALIZED (
 first_bad AS MATERIALIZED (SELECT min(ord) AS ord FROM judged WHERE bad),
 ended AS (
   UPDATE ${attempts} a SET state = g.state, finished_at = now.t, result_json = g.result_json,
-    error_json = g.error_json, reason = g.reason
+    error_json = g.error_json, reason = g.reason,
+    ended_job = CASE WHEN g.ends_routinely THEN g.job_to END
   FROM judged g, now
   -- Judged LEASED on the locked row: no state test here (see lockedLeases).
   WHERE g.applies AND NOT g.bad AND a.job_id = g.job_id AND a.attempt_no = g.attempt_no
@@ -273,7 +310,8 @@ finished_event AS (
   SELECT g.job_id, g.attempt_no, g.request_fingerprint, g.kind, 'LEASED', g.job_to, g.actor,
     g.detail_json, now.t
   FROM judged g, now
-  WHERE g.applies AND NOT g.bad
+  -- A routine outcome is recorded as the attempt's ended_job (invariant 8): no event row.
+  WHERE g.applies AND NOT g.bad AND NOT g.ends_routinely
   ORDER BY g.ord
 )
 SELECT g.applies AS applied,

@@ -1,6 +1,7 @@
 /**
  * The PostgreSQL enqueue statements (see statements.ts for the conventions): new jobs as one
- * array per column, inserted with their `enqueued` events, or handed straight to idle workers.
+ * array per column, inserted with their `enqueued` steps (a column, or an event when awaiting
+ * approval), or handed straight to idle workers.
  */
 import {
   APPROVAL_DETAIL,
@@ -34,6 +35,15 @@ input AS (
       ${NEW_JOB_SHARED.map(([name]) => name).join(', ')})
 )`;
 
+const ACTOR = `$${NEW_JOB_PARAM_COUNT + 1}`;
+
+/**
+ * Who enqueued a new job, its `enqueue_actor`: a QUEUED job's `enqueued` step (invariant 8;
+ * src/store/trail.ts reads it back as the event); one awaiting approval also appends the event,
+ * whose detail carries the approval.
+ */
+const ENQUEUE_ACTOR = ACTOR;
+
 /**
  * The INSERT of `input` (as `n`, with `now`) into `jobs`, in `state` with `attemptCount`, both SQL
  * expressions over `from`; an ON CONFLICT clause or RETURNING … may follow it.
@@ -43,16 +53,14 @@ function insertJobsAs(jobs: string, state: string, attemptCount: string, from: s
   INSERT INTO ${jobs} (id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id,
     state, priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms,
     reconcile_grace_ms, attempt_count, approval_reason, approval_expires_at, rate_key, concurrency_key,
-    trace_parent)
+    trace_parent, enqueue_actor)
   SELECT n.id, n.queue, n.operation, n.input_json, n.request_key, n.request_fingerprint, n.run_id, n.step_id,
     ${state}, n.priority, coalesce(${fromMs('n.run_at')}, now.t + ${millis('n.delay_ms')}), now.t, now.t,
     n.max_attempts, n.backoff_json, n.timeout_ms, n.reconcile_grace_ms, ${attemptCount},
     n.approval_reason, now.t + ${millis('n.approval_expires_ms')}, n.rate_key, n.concurrency_key,
-    n.trace_parent
+    n.trace_parent, ${ENQUEUE_ACTOR}
   FROM ${from}`;
 }
-
-const ACTOR = `$${NEW_JOB_PARAM_COUNT + 1}`;
 
 /** The enqueue of new jobs: all of them, or those whose request key is new. */
 export function insertStatements(t: Tables) {
@@ -63,7 +71,7 @@ export function insertStatements(t: Tables) {
 
     /**
      * The new jobs (`NEW_JOB_SHARED`), then the actor and the channel. Inserts those whose request
-     * key is new, with their `enqueued` events, and wakes their queues (at commit). Existing keys
+     * key is new, with their `enqueued` steps, and wakes their queues (at commit). Existing keys
      * are left to the caller, who must not name a key twice in one call. Returns one row: now
      * (epoch ms, the jobs' created_at) and the ids inserted.
      */
@@ -76,6 +84,7 @@ enqueued AS (
   INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, to_state, actor, detail_json, at)
   SELECT i.id, NULL, i.request_fingerprint, 'enqueued', i.state, ${ACTOR}, ${APPROVAL_DETAIL}, now.t
   FROM inserted i JOIN input n ON n.id = i.id, now
+  WHERE i.state = 'AWAITING_APPROVAL'
 )
 SELECT ${toMs('now.t')} AS now, ARRAY(SELECT i.id FROM inserted i) AS ids,
   (SELECT count(pg_notify($${NEW_JOB_PARAM_COUNT + 2}::text, q.queue))
@@ -84,7 +93,7 @@ FROM now`,
 
     /**
      * The common enqueue in ONE statement, every request key new: the jobs (`NEW_JOB_SHARED`),
-     * their `enqueued` events (actor next), and the wake-ups of the queues that follow ($+2 as
+     * their `enqueued` steps (actor next), and the wake-ups of the queues that follow ($+2 as
      * text[], $+3 the channel). A plain insert: a request key that exists (or that the batch
      * names twice) aborts it with a unique violation of `jobs_request_key_key` and nothing is
      * written; the caller then runs `jobInsert` and the dedup judgement in a transaction. (ON
@@ -99,6 +108,7 @@ enqueued AS (
   SELECT n.id, NULL, n.request_fingerprint, 'enqueued', ${QUEUED_OR_AWAITING}, ${ACTOR},
     ${APPROVAL_DETAIL}, now.t
   FROM input n, now
+  WHERE n.approval
 )
 SELECT ${toMs('now.t')} AS now,
   (SELECT count(pg_notify($${NEW_JOB_PARAM_COUNT + 3}::text, q))
@@ -117,7 +127,7 @@ export function handOffStatements(t: Tables) {
      * job starts. After the actor: $+2 the channel, then the offers, one per index: $+3 job id
      * (text[]), $+4 owner (text[]), $+5 lease ms (bigint[]), $+6 lease token (text[], made by the
      * caller, as the SQLite store makes them). An offered job is leased (attempt 1,
-     * its `leased` event after its `enqueued` one) only when it is due now and no due QUEUED job
+     * its `leased` step after its `enqueued` one) only when it is due now and no due QUEUED job
      * of its queue, in the store or unoffered in this batch, ranks at least as high (priority):
      * a hand-off never overtakes a job the claim would take first. The other jobs are inserted
      * QUEUED and their queues notified. Returns one row: now (epoch ms) and the handed jobs' ids; a
@@ -136,7 +146,7 @@ due AS MATERIALIZED (
   FROM input n CROSS JOIN now LEFT JOIN offer o ON o.job_id = n.id
 ),
 handed AS MATERIALIZED (
-  SELECT d.id, d.owner_id, d.lease_token,
+  SELECT d.id, d.owner_id, d.lease_token, d.lease_ms,
     now.t + ${millis('d.lease_ms')} AS lease_expires_at
   FROM due d CROSS JOIN now
   WHERE d.owner_id IS NOT NULL AND d.due_now ${handOffUnpaused(t.s)}
@@ -157,26 +167,17 @@ inserted AS (${insertJobsAs(
 ),
 attempt AS (
   INSERT INTO ${attempts} (job_id, attempt_no, request_key, request_fingerprint, state, owner_id,
-    lease_token, leased_at, lease_expires_at)
+    lease_token, leased_at, lease_expires_at, lease_ms)
   SELECT n.id, 1, n.request_key, n.request_fingerprint, 'LEASED', h.owner_id, h.lease_token,
-    now.t, h.lease_expires_at
+    now.t, h.lease_expires_at, h.lease_ms
   FROM handed h JOIN input n ON n.id = h.id CROSS JOIN now
 ),
 logged AS (
-  INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, from_state, to_state, actor, detail_json, at)
-  SELECT e.job_id, e.attempt_no, e.request_fingerprint, e.kind, e.from_state, e.to_state, e.actor,
-    e.detail_json, now.t
-  FROM (
-    SELECT n.id AS job_id, NULL::int AS attempt_no, n.request_fingerprint, 'enqueued' AS kind,
-      NULL AS from_state, ${QUEUED_OR_AWAITING} AS to_state, ${ACTOR} AS actor,
-      ${APPROVAL_DETAIL} AS detail_json, 0 AS step
-    FROM input n CROSS JOIN now
-    UNION ALL
-    SELECT n.id, 1, n.request_fingerprint, 'leased', 'QUEUED', 'LEASED', h.owner_id,
-      json_build_object('leaseMs', d.lease_ms)::text, 1
-    FROM handed h JOIN input n ON n.id = h.id JOIN due d ON d.id = h.id
-  ) e CROSS JOIN now
-  ORDER BY e.job_id, e.step
+  INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, to_state, actor, detail_json, at)
+  SELECT n.id, NULL, n.request_fingerprint, 'enqueued', ${QUEUED_OR_AWAITING}, ${ACTOR},
+    ${APPROVAL_DETAIL}, now.t
+  FROM input n CROSS JOIN now
+  WHERE n.approval
 )
 SELECT ${toMs('now.t')} AS now,
   ARRAY(SELECT h.id FROM handed h) AS handed_ids,

@@ -127,7 +127,8 @@ RETURNING j.*`,
 
     /**
      * $1 JSON array of { job_id, attempt_no, lease_token, state, finished_at (ms), result_json,
-     * error_json, reason }. Ends LEASED attempts, each fenced on its token.
+     * error_json, reason, ended_job }. Ends LEASED attempts, each fenced on its token; ended_job
+     * records a routine end (invariant 8, plan/finish.ts `FinishParams.routine`).
      */
     attemptEnd: `
 UPDATE ${attempts} a SET
@@ -135,9 +136,10 @@ UPDATE ${attempts} a SET
   finished_at = ${fromMs('u.finished_at')},
   result_json = u.result_json,
   error_json = u.error_json,
-  reason = u.reason
+  reason = u.reason,
+  ended_job = u.ended_job
 FROM json_to_recordset($1::json) AS u(job_id text, attempt_no int, lease_token text, state text,
-  finished_at bigint, result_json text, error_json text, reason text)
+  finished_at bigint, result_json text, error_json text, reason text, ended_job text)
 WHERE a.job_id = u.job_id AND a.attempt_no = u.attempt_no AND a.lease_token = u.lease_token
   AND a.state = 'LEASED'`,
 

@@ -115,7 +115,10 @@ export function attemptClaimMany(h: SqliteHandle, p: ClaimParams): Promise<Claim
   );
 }
 
-/** Leases the claimed rows, inside the claim's write: the job, a new attempt, its event. */
+/**
+ * Leases the claimed rows, inside the claim's write: the job, and a new attempt whose `lease_ms`
+ * records its `leased` step (invariant 8; no event row).
+ */
 export function leaseRows(
   h: SqliteHandle,
   p: Pick<ClaimParams, 'ownerId' | 'leaseMs'>,
@@ -125,10 +128,9 @@ export function leaseRows(
   const leaseExpiresAt = now + p.leaseMs;
   const lease = h.stmt(CLAIM_LEASE);
   const insertAttempt = h.stmt(
-    `INSERT INTO attempts (job_id, attempt_no, request_key, request_fingerprint, state, owner_id, lease_token, leased_at, lease_expires_at)
-   VALUES (?, ?, ?, ?, 'LEASED', ?, ?, ?, ?)`,
+    `INSERT INTO attempts (job_id, attempt_no, request_key, request_fingerprint, state, owner_id, lease_token, leased_at, lease_expires_at, lease_ms)
+   VALUES (?, ?, ?, ?, 'LEASED', ?, ?, ?, ?, ?)`,
   );
-  const detail = `{"leaseMs":${JSON.stringify(p.leaseMs)}}`;
   const out: ClaimedAttempt[] = new Array<ClaimedAttempt>(rows.length);
   for (let i = 0; i < rows.length; i++) {
     const r = rows[i]!;
@@ -150,17 +152,7 @@ export function leaseRows(
       token,
       now,
       leaseExpiresAt,
-    );
-    h.writer.event(
-      job.id,
-      attemptNo,
-      job.fingerprint,
-      'leased',
-      'QUEUED',
-      'LEASED',
-      p.ownerId,
-      detail,
-      now,
+      p.leaseMs,
     );
     out[i] = {
       job,
@@ -189,7 +181,7 @@ export function attemptDispatchMany(
        WHERE job_id = ? AND attempt_no = ? AND lease_token = ? AND state = 'LEASED'
          AND lease_expires_at > ? AND dispatched_at IS NULL
          AND EXISTS (SELECT 1 FROM jobs WHERE id = ? AND state = 'LEASED' AND attempt_count = ?)
-       RETURNING lease_expires_at, owner_id, request_fingerprint`,
+       RETURNING lease_expires_at, owner_id, request_fingerprint, lease_ms`,
     );
     return p.leases.map((lease): DispatchMarkResult => {
       const r = mark.get(
@@ -200,19 +192,24 @@ export function attemptDispatchMany(
         now,
         lease.jobId,
         lease.attemptNo,
-      ) as [leaseExpiresAt: number, ownerId: string, fingerprint: string] | undefined;
+      ) as
+        | [leaseExpiresAt: number, ownerId: string, fingerprint: string, leaseMs: number | null]
+        | undefined;
       if (r) {
-        h.writer.event(
-          lease.jobId,
-          lease.attemptNo,
-          r[2],
-          'dispatched',
-          null,
-          null,
-          r[1],
-          null,
-          now,
-        );
+        // An attempt leased with its steps as columns has its marker as its `dispatched` step;
+        // one leased before them (migration 11) gets the event, as before.
+        if (r[3] === null)
+          h.writer.event(
+            lease.jobId,
+            lease.attemptNo,
+            r[2],
+            'dispatched',
+            null,
+            null,
+            r[1],
+            null,
+            now,
+          );
         return { ok: true, dispatchedAt: now, leaseExpiresAt: r[0] };
       }
       // It did not apply: say why, judged as before by the shared rules.

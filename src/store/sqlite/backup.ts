@@ -97,9 +97,7 @@ export function checkCopy(path: string, o: { expectSchemaVersion?: number } = {}
       n: number;
     }[])
       jobs[r.state] = r.n;
-    const lastEventAt = (
-      db.prepare('SELECT max(at) AS t FROM events').get() as { t: number | null }
-    ).t;
+    const lastEventAt = (db.prepare(LAST_STEP_AT).get() as { t: number | null }).t;
     return {
       schemaVersion,
       jobs,
@@ -261,6 +259,10 @@ export async function backupSqlite(p: {
 }
 
 /** Which jobs a restore marks for reconciliation before anything is sent again. */
+/** The last recorded step: an event, or a routine step in its row's columns (invariant 8). */
+const LAST_STEP_AT = `SELECT max(t) AS t FROM (SELECT max(at) AS t FROM events
+       UNION ALL SELECT max(updated_at) FROM jobs UNION ALL SELECT max(dispatched_at) FROM attempts) s`;
+
 export type { RestoreReconcile };
 
 export interface RestoreResult {
@@ -344,8 +346,7 @@ export function reconcileRestored(
 ): { reconciled: { leased: number; queued: number; approvals: number }; leasedWithMarker: number } {
   const out = { reconciled: { leased: 0, queued: 0, approvals: 0 }, leasedWithMarker: 0 };
   const marks = restoreMarks(mode);
-  const lastEventAt = (db.prepare('SELECT max(at) AS t FROM events').get() as { t: number | null })
-    .t;
+  const lastEventAt = (db.prepare(LAST_STEP_AT).get() as { t: number | null }).t;
   const detail = (extra: Record<string, unknown>) =>
     JSON.stringify({ ...extra, presumedDispatch: true, backupLastEventAt: lastEventAt });
   const event = db.prepare(

@@ -42,8 +42,8 @@ export class JobInserter {
       const insert = this.h.stmt(
         `INSERT INTO jobs (id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id, state,
            priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms, reconcile_grace_ms,
-           approval_reason, approval_expires_at, rate_key, concurrency_key, trace_parent)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+           approval_reason, approval_expires_at, rate_key, concurrency_key, trace_parent, enqueue_actor)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT (request_key) DO NOTHING`,
       );
       const results: JobInsertResult[] = [];
@@ -81,6 +81,9 @@ export class JobInserter {
             j.rateKey ?? null,
             j.concurrencyKey ?? null,
             j.traceParent ?? null,
+            // Who enqueued it: the `enqueued` step of a QUEUED job (invariant 8); one awaiting
+            // approval also appends the event, whose detail carries the approval.
+            p.actor,
           ).changes === 1;
         if (!inserted) {
           results.push(this.deduped(j, p.actor, now));
@@ -113,7 +116,10 @@ export class JobInserter {
     return { job, created: false };
   }
 
-  /** The `enqueued` event of a new job; a QUEUED one wakes workers. */
+  /**
+   * The `enqueued` event of a job awaiting approval (with its detail); a QUEUED job's is its
+   * `enqueue_actor` column (src/store/trail.ts), and it wakes workers.
+   */
   private enqueuedEvent(j: JobInsert, actor: string, now: number): void {
     if (j.approval) {
       // Awaiting a person: nobody to wake yet.
@@ -130,7 +136,6 @@ export class JobInserter {
         now,
       );
     } else {
-      this.h.writer.event(j.id, null, j.fingerprint, 'enqueued', null, 'QUEUED', actor, null, now);
       this.h.writer.newWork = true;
     }
   }

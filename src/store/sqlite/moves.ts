@@ -97,7 +97,8 @@ export function writePlan(
   const e = w.attemptEnd;
   if (e && at.attemptRowid !== undefined)
     h.stmt(
-      `UPDATE attempts SET state = ?, finished_at = ?, result_json = ?, error_json = ?, reason = ?
+      `UPDATE attempts SET state = ?, finished_at = ?, result_json = ?, error_json = ?, reason = ?,
+         ended_job = ?
        WHERE rowid = ? AND lease_token = ? AND state = 'LEASED'`,
     ).run(
       e.state,
@@ -105,12 +106,14 @@ export function writePlan(
       e.resultJson,
       e.errorJson,
       e.reason,
+      e.endedJob,
       at.attemptRowid,
       e.leaseToken,
     );
   else if (e)
     h.stmt(
-      `UPDATE attempts SET state = ?, finished_at = ?, result_json = ?, error_json = ?, reason = ?
+      `UPDATE attempts SET state = ?, finished_at = ?, result_json = ?, error_json = ?, reason = ?,
+         ended_job = ?
        WHERE job_id = ? AND attempt_no = ? AND lease_token = ? AND state = 'LEASED'`,
     ).run(
       e.state,
@@ -118,6 +121,7 @@ export function writePlan(
       e.resultJson,
       e.errorJson,
       e.reason,
+      e.endedJob,
       jobId,
       e.attemptNo,
       e.leaseToken,

@@ -6,7 +6,6 @@ import type { JobState } from '../../core/states.js';
 import {
   attemptFactFromRow,
   attemptFromRow,
-  eventFromRow,
   jobFromRow,
   statsFromRows,
   type AttemptFactRow,
@@ -36,6 +35,7 @@ import type {
   StoreStats,
 } from '../store.js';
 import type { AttemptFact } from '../plan/index.js';
+import { detailFromRows } from '../trail.js';
 import type { SqliteHandle } from './handle.js';
 import { LIMIT_PARAM } from './statements.js';
 
@@ -66,19 +66,18 @@ export function attemptFacts(h: SqliteHandle, jobId: string): AttemptFact[] {
   return rows.map(attemptFactFromRow);
 }
 
+/** The job, its attempts, and its trail: stored events with the routine steps in place. */
 export function jobGet(h: SqliteHandle, p: { id: string }): Promise<JobDetail | null> {
   return h.read(() => {
-    const job = getJob(h, p.id);
+    const job = h.stmt('SELECT * FROM jobs WHERE id = ?').get(p.id) as JobRow | undefined;
     if (!job) return null;
-    const attempts = (
-      h
-        .stmt('SELECT * FROM attempts WHERE job_id = ? ORDER BY attempt_no')
-        .all(p.id) as AttemptRow[]
-    ).map(attemptFromRow);
-    const events = (
-      h.stmt('SELECT * FROM events WHERE job_id = ? ORDER BY id').all(p.id) as EventRow[]
-    ).map(eventFromRow);
-    return { job, attempts, events };
+    const attempts = h
+      .stmt('SELECT * FROM attempts WHERE job_id = ? ORDER BY attempt_no')
+      .all(p.id) as AttemptRow[];
+    const events = h
+      .stmt('SELECT * FROM events WHERE job_id = ? ORDER BY id')
+      .all(p.id) as EventRow[];
+    return detailFromRows(job, attempts, events);
   });
 }
 

@@ -7,14 +7,8 @@
  * its job is there and terminal), then attempts, then the jobs.
  */
 import type Database from 'better-sqlite3';
-import {
-  attemptFromRow,
-  eventFromRow,
-  jobFromRow,
-  type AttemptRow,
-  type EventRow,
-  type JobRow,
-} from '../rows.js';
+import { type AttemptRow, type EventRow, type JobRow } from '../rows.js';
+import { detailFromRows } from '../trail.js';
 import type { JobDetail, JobPruneParams, JobPruneResult, PrunableState } from '../store.js';
 import { archivedAsIs, emptyCounts, statesOf } from '../prune.js';
 
@@ -73,11 +67,14 @@ export function pruneHistories(db: Database.Database, ids: string[]): JobDetail[
   const events = db
     .prepare(`SELECT * FROM events WHERE job_id IN (${m}) ORDER BY job_id, id`)
     .all(...ids) as EventRow[];
-  const byId = new Map<string, JobDetail>();
-  for (const j of jobs) byId.set(j.id, { job: jobFromRow(j), attempts: [], events: [] });
-  for (const a of attempts) byId.get(a.job_id)?.attempts.push(attemptFromRow(a));
-  for (const e of events) byId.get(e.job_id)?.events.push(eventFromRow(e));
-  return ids.flatMap((id) => byId.get(id) ?? []);
+  const byId = new Map<string, { job: JobRow; attempts: AttemptRow[]; events: EventRow[] }>();
+  for (const j of jobs) byId.set(j.id, { job: j, attempts: [], events: [] });
+  for (const a of attempts) byId.get(a.job_id)?.attempts.push(a);
+  for (const e of events) byId.get(e.job_id)?.events.push(e);
+  return ids.flatMap((id) => {
+    const r = byId.get(id);
+    return r ? [detailFromRows(r.job, r.attempts, r.events)] : [];
+  });
 }
 
 /**

@@ -305,6 +305,42 @@ CREATE TABLE IF NOT EXISTS flow_schedules (
     columns: [{ table: 'jobs', column: 'trace_parent', type: 'TEXT' }],
   },
   {
+    // Invariant 8: an attempt's routine steps are write-once columns, not events (see the
+    // PostgreSQL migration 11 for what each column records; NULL: the step, if any, is an event).
+    // The triggers run after the row is written (a CHECK still speaks first) and only for
+    // updates that name the columns, so a heartbeat fires none.
+    version: 11,
+    name: 'routine steps as write-once columns',
+    columns: [
+      { table: 'jobs', column: 'enqueue_actor', type: 'TEXT' },
+      { table: 'attempts', column: 'lease_ms', type: 'INTEGER' },
+      {
+        table: 'attempts',
+        column: 'ended_job',
+        type: `TEXT CHECK (ended_job = 'SUCCEEDED' OR ended_job = 'FAILED')`,
+      },
+    ],
+    sql: `
+DROP TRIGGER IF EXISTS jobs_facts_once;
+CREATE TRIGGER jobs_facts_once AFTER UPDATE OF enqueue_actor, created_at ON jobs
+  WHEN OLD.enqueue_actor IS NOT NEW.enqueue_actor OR OLD.created_at IS NOT NEW.created_at
+  BEGIN SELECT RAISE(ABORT, 'reckon: a recorded step of jobs is write-once (invariant 8)'); END;
+DROP TRIGGER IF EXISTS attempts_facts_once;
+CREATE TRIGGER attempts_facts_once
+  AFTER UPDATE OF lease_ms, leased_at, owner_id, dispatched_at, ended_job, state, finished_at,
+    reason, result_json, error_json ON attempts
+  WHEN OLD.lease_ms IS NOT NEW.lease_ms OR OLD.leased_at IS NOT NEW.leased_at
+    OR OLD.owner_id IS NOT NEW.owner_id
+    OR (OLD.dispatched_at IS NOT NULL AND NEW.dispatched_at IS NOT OLD.dispatched_at)
+    OR (OLD.ended_job IS NOT NULL AND (NEW.ended_job IS NOT OLD.ended_job
+      OR NEW.state IS NOT OLD.state OR NEW.finished_at IS NOT OLD.finished_at
+      OR NEW.reason IS NOT OLD.reason OR NEW.result_json IS NOT OLD.result_json
+      OR NEW.error_json IS NOT OLD.error_json))
+    OR (OLD.state <> 'LEASED' AND NEW.ended_job IS NOT OLD.ended_job)
+  BEGIN SELECT RAISE(ABORT, 'reckon: a recorded step of attempts is write-once (invariant 8)'); END;
+`,
+  },
+  {
     // A job list or search by operation reads that operation's newest jobs in id order, however
     // rare the operation (issue #28: lists and searches with 1,000,000 jobs). Neither column ever
     // changes: one index entry per enqueue, nothing on the hot path's state changes.

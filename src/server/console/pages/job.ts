@@ -48,7 +48,7 @@ function facts(view: View, d: JobDetail, now: number): Html {
 
 function provenance(view: View, d: JobDetail): Html {
   const j = d.job;
-  const enqueued = d.events.find((e) => e.kind === 'enqueued');
+  const enqueuedBy = d.enqueuedBy;
   return html`<dl class="facts">
     <dt>Run id</dt>
     <dd>
@@ -57,7 +57,7 @@ function provenance(view: View, d: JobDetail): Html {
     <dt>Step / tool call</dt>
     <dd>${j.stepId ? html`<code>${j.stepId}</code>` : '–'}</dd>
     <dt>Enqueued by</dt>
-    <dd>${enqueued ? html`<code>${enqueued.actor}</code>` : '–'}</dd>
+    <dd>${enqueuedBy ? html`<code>${enqueuedBy}</code>` : '–'}</dd>
   </dl>`;
 }
 
