@@ -8,6 +8,7 @@
  * One browser per store; on SQLite and PostgreSQL (the photographs from SQLite).
  */
 import { mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
@@ -35,7 +36,12 @@ import {
 } from './browser.js';
 
 const missing = chromiumMissing();
-const SHOTS = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'docs', 'console');
+// The docs' pictures are written only when asked (RECKON_SCREENSHOTS=1), so that a test run
+// leaves the checkout as it found it; otherwise they go to a temporary directory.
+const SHOTS =
+  process.env.RECKON_SCREENSHOTS === '1'
+    ? join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'docs', 'console')
+    : join(tmpdir(), 'reckon-console-shots');
 
 /** A refund that a person must approve first. */
 const refund = defineOperation({
