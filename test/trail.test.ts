@@ -4,6 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { AttemptRow, EventRow, JobRow } from '../src/store/rows.js';
+import { RESTORE_PRESUMED_REASON } from '../src/store/plan/restore.js';
 import { detailFromRows } from '../src/store/trail.js';
 import { eventChainProblem } from '../src/testkit/verdict.js';
 
@@ -161,6 +162,38 @@ describe('the trail (invariant 8)', () => {
       },
     ]);
     expect(eventChainProblem('SUCCEEDED', d.events)).toBeNull();
+  });
+
+  it("a dispatch a restore presumed is the restore's event, never a step by the old worker", () => {
+    const d = detailFromRows(
+      jobRow({ enqueue_actor: 'producer', state: 'UNKNOWN' }),
+      [
+        attemptRow({
+          lease_ms: 1000,
+          owner_id: 'host-a/2',
+          state: 'UNKNOWN',
+          dispatched_at: 5000,
+          finished_at: 5000,
+          reason: RESTORE_PRESUMED_REASON,
+        }),
+      ],
+      [
+        ev({
+          attempt_no: 1,
+          kind: 'attempt-unknown',
+          from_state: 'LEASED',
+          to_state: 'UNKNOWN',
+          actor: 'restore',
+          detail_json: '{"presumedDispatch":true}',
+          at: 5000,
+        }),
+      ],
+    );
+    expect(d.events.map((e) => [e.kind, e.actor, e.at])).toEqual([
+      ['enqueued', 'producer', 100],
+      ['leased', 'host-a/2', 110],
+      ['attempt-unknown', 'restore', 5000],
+    ]);
   });
 
   it('exceptional events interleave with routine steps in order, ties included', () => {

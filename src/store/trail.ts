@@ -15,6 +15,7 @@
  */
 import type { Json } from '../core/json.js';
 import { attemptEventKind } from './plan/finish.js';
+import { RESTORE_PRESUMED_REASON } from './plan/restore.js';
 import { attemptFromRow, eventFromRow, jobFromRow, toMs } from './rows.js';
 import type { AttemptRow, EventRow, JobRow } from './rows.js';
 import type { EventRecord, JobDetail } from './store.js';
@@ -87,7 +88,9 @@ export function routineSteps(
         detail: { leaseMs: Number(a.lease_ms) },
         at: toMs(a.leased_at),
       });
-      if (a.dispatched_at !== null)
+      // A restore presumes the dispatch of an attempt leased without a marker (its own
+      // `attempt-unknown` event, actor `restore`, says so): the worker never recorded one.
+      if (a.dispatched_at !== null && a.reason !== RESTORE_PRESUMED_REASON)
         step({
           attemptNo,
           kind: 'dispatched',
