@@ -245,13 +245,19 @@ describe.skipIf(pgReason !== null || !hasPgTools)('PostgreSQL restore is one tra
     (await c.query<{ v: boolean }>(`SELECT to_regclass('reckon.jobs') IS NOT NULL AS v`)).rows[0]!
       .v;
 
-  it('a failure between loading and marking leaves nothing; a second restore works', async () => {
+  /** A dump of 20 jobs, an empty target database and a client watching it. */
+  async function dumpAndProbedTarget() {
     const dump = await dumpOfJobs();
     const b = await tempPgStore();
     cleanup.push(() => b.drop());
     const probe = new pg.Client({ connectionString: b.url });
     await probe.connect();
     cleanup.push(() => probe.end());
+    return { dump, b, probe };
+  }
+
+  it('a failure between loading and marking leaves nothing; a second restore works', async () => {
+    const { dump, b, probe } = await dumpAndProbedTarget();
     const target = { dump, connectionString: b.url, schema: 'reckon', location: 'test' };
     let sawDuringLoad: boolean | undefined;
     await expect(
@@ -274,12 +280,7 @@ describe.skipIf(pgReason !== null || !hasPgTools)('PostgreSQL restore is one tra
   }, 60_000);
 
   it('a worker polling during the restore never claims an unmarked job', async () => {
-    const dump = await dumpOfJobs();
-    const b = await tempPgStore();
-    cleanup.push(() => b.drop());
-    const probe = new pg.Client({ connectionString: b.url });
-    await probe.connect();
-    cleanup.push(() => probe.end());
+    const { dump, b, probe } = await dumpAndProbedTarget();
     let ran = 0;
     let firstSight: Record<string, number> | undefined;
     let stop = false;
