@@ -155,7 +155,8 @@ export function dispatchStatements(t: Tables) {
      */
     attemptDispatch: `
 WITH input AS MATERIALIZED (
-  SELECT * FROM unnest($1::text[], $2::int[], $3::text[]) WITH ORDINALITY
+  SELECT i.*, 'LEASED'::text AS leased
+  FROM unnest($1::text[], $2::int[], $3::text[]) WITH ORDINALITY
     AS i(job_id, attempt_no, lease_token, ord)
   ORDER BY i.job_id
 ),
@@ -163,11 +164,12 @@ marked AS (
   -- The clock is read per row as it is updated, after any wait for its lock.
   UPDATE ${attempts} a SET dispatched_at = ${NOW}
   FROM input i
-  -- By primary key: the ANY keeps the planner on attempts_pkey (a bare state test matched the
-  -- partial indexes of LEASED attempts, read whole in a nested loop with the batch).
-  WHERE a.job_id = ANY (ARRAY(SELECT x.job_id FROM input x))
-    AND a.job_id = i.job_id AND a.attempt_no = i.attempt_no AND a.lease_token = i.lease_token
-    AND a.state = 'LEASED' AND a.dispatched_at IS NULL AND a.lease_expires_at > ${NOW}
+  -- One primary-key lookup per lease, in the batch's order. The state is compared with the
+  -- batch's own column, not a constant: a constant matched the partial indexes of LEASED
+  -- attempts, which the planner (its statistics seeing a handful of live entries) read whole,
+  -- dead entries included, and then joined with the batch in a nested loop, batch × batch.
+  WHERE a.job_id = i.job_id AND a.attempt_no = i.attempt_no AND a.lease_token = i.lease_token
+    AND a.state = i.leased AND a.dispatched_at IS NULL AND a.lease_expires_at > ${NOW}
   RETURNING a.job_id, a.attempt_no, a.lease_token, a.lease_expires_at, a.dispatched_at,
     a.owner_id, a.request_fingerprint, a.lease_ms
 ),
