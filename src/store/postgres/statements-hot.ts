@@ -115,14 +115,18 @@ picked AS MATERIALIZED (
      * of the reclaimer), and the clock is read per row after its lock. Returns those extended.
      */
     attemptHeartbeat: `
-WITH held AS (
+WITH input AS MATERIALIZED (
+  SELECT r.*, 'LEASED'::text AS leased
+  FROM json_to_recordset($1::json) AS r(job_id text, attempt_no int, lease_token text)
+),
+held AS (
   SELECT a.job_id, a.attempt_no
-  FROM ${attempts} a
-  JOIN json_to_recordset($1::json) AS r(job_id text, attempt_no int, lease_token text)
+  FROM input r
+  JOIN ${attempts} a
     ON a.job_id = r.job_id AND a.attempt_no = r.attempt_no AND a.lease_token = r.lease_token
-  -- By key whatever the plan (not along attempts_expiry, whose dead entries pile up).
-  WHERE a.state = 'LEASED'
-    AND a.job_id = ANY (ARRAY(SELECT k.job_id FROM json_to_recordset($1::json) AS k(job_id text)))
+  -- By key, one lookup per lease: the state is compared with the batch's column, not a constant
+  -- that would match the partial indexes of LEASED attempts (see attemptDispatch).
+  WHERE a.state = r.leased
   ORDER BY a.job_id
   FOR UPDATE OF a
 )
