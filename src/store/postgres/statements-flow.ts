@@ -19,7 +19,8 @@ function flowCandidatesSql(t: Tables): string {
    */
   return `
 WITH now AS MATERIALIZED (SELECT ${NOW} AS t)
-SELECT j.id, coalesce(j.rate_key, '') AS rate_key, coalesce(j.concurrency_key, '') AS concurrency_key
+SELECT j.id, coalesce(j.rate_key, '') AS rate_key, coalesce(j.concurrency_key, '') AS concurrency_key,
+  ${toMs('j.run_at')} AS due_at
 FROM ${jobs} j
 WHERE j.state = 'QUEUED' AND j.queue = ANY($1::text[]) AND j.run_at <= (SELECT t FROM now)
   AND j.operation = $2::text
@@ -70,30 +71,42 @@ GROUP BY f.rate_key
 UNION ALL
 SELECT 'hold', h.rate_key, 0, ${toMs('h.until')} FROM ${s}.flow_holds h
 WHERE h.operation = $1::text AND h.until > (SELECT t FROM now) - ${millis('$2')}`,
-    /** $1 job ids (text[]), $2 operations (text[]), $3 owner, $4 lease (ms): leases them (locked by flowCandidates). */
+    /**
+     * Leases the jobs the plan took (locked by flowCandidates) and records their starts, in one
+     * statement stamped with the time the decision was made: the window the plan judged is the
+     * window of the leases' own times. $1 job ids (text[]), $2 the operation (a one-element
+     * text[]), $3 owner, $4 lease (ms), $5 the decision's time (ms). Rate limits (else empty):
+     * $6 rate keys (text[], one per start), $7 window (ms), $8 the keys that started and $9 their
+     * next start times (ms; a later one stored is kept). The keys' rows are this claim's (it holds
+     * their advisory locks): no claim waits on another.
+     */
     flowLease: claim(
       t,
       `
 picked AS MATERIALIZED (
   SELECT j.id FROM ${jobs} j
   WHERE j.id = ANY($1::text[]) AND j.operation = ANY($2::text[]) AND j.state = 'QUEUED'
-)`,
-    ),
-    /**
-     * $1 operation, $2 rate keys (text[], one per start), $3 the claim's now (ms), $4 window (ms),
-     * $5 keys and $6 their next start times (ms; a later one stored is kept).
-     */
-    flowStartsRecord: `
-WITH gone AS (
-  DELETE FROM ${s}.flow_starts WHERE operation = $1::text AND at <= ${fromMs('$3')} - ${millis('$4')}
+),
+gone AS (
+  -- Starts that left the window count for nothing any more; rows another claim is deleting are
+  -- left to it (no claim waits on another).
+  DELETE FROM ${s}.flow_starts WHERE ctid = ANY (ARRAY(
+    SELECT o.ctid FROM ${s}.flow_starts o
+    WHERE cardinality($6::text[]) > 0 AND o.operation = ($2::text[])[1]
+      AND o.at <= (SELECT t FROM now) - ${millis('$7')}
+    FOR UPDATE SKIP LOCKED))
 ),
 spaced AS (
   INSERT INTO ${s}.flow_holds AS f (operation, rate_key, until)
-  SELECT $1::text, k.key, ${fromMs('k.at')} FROM unnest($5::text[], $6::bigint[]) AS k(key, at)
+  SELECT ($2::text[])[1], k.key, ${fromMs('k.at')} FROM unnest($8::text[], $9::bigint[]) AS k(key, at)
   ON CONFLICT (operation, rate_key) DO UPDATE SET until = greatest(f.until, excluded.until)
-)
-INSERT INTO ${s}.flow_starts (operation, rate_key, at)
-SELECT $1::text, k, ${fromMs('$3')} FROM unnest($2::text[]) AS k`,
+),
+started AS (
+  INSERT INTO ${s}.flow_starts (operation, rate_key, at)
+  SELECT ($2::text[])[1], k, (SELECT t FROM now) FROM unnest($6::text[]) AS k
+)`,
+      fromMs('$5'),
+    ),
     ...flowAdminStatements(t),
   };
 }
@@ -102,10 +115,18 @@ SELECT $1::text, k, ${fromMs('$3')} FROM unnest($2::text[]) AS k`,
 function flowAdminStatements(t: Tables) {
   const { s } = t;
   return {
-    /** $1 operation, $2 rate key, $3 delay (ms). */
+    /**
+     * $1 operation, $2 rate key, $3 delay (ms), $4 the key's lock name. Waits for the key's
+     * advisory lock, the one a limited claim takes to judge the key: a claim judging it now
+     * commits first (its starts were decided before the hold), and every claim after it reads the
+     * hold. The hold's time is read once the lock is held.
+     */
     flowBackoff: `
+WITH locked AS MATERIALIZED (
+  SELECT pg_advisory_xact_lock(${FLOW_LOCK_NAMESPACE}, hashtext($4::text)) AS held
+)
 INSERT INTO ${s}.flow_holds (operation, rate_key, until)
-VALUES ($1::text, $2::text, ${NOW} + ${millis('$3')})
+SELECT $1::text, $2::text, ${NOW} + ${millis('$3')} FROM locked
 ON CONFLICT (operation, rate_key) DO UPDATE SET until = greatest(${s}.flow_holds.until, excluded.until)`,
     /** $1 kind, $2 name, $3 actor, $4 reason. */
     pauseInsert: `
