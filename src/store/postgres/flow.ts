@@ -96,7 +96,8 @@ async function claimOne(
     ])
   ).rows;
   const none = { claimed: [], heldByRate: 0, heldByConcurrency: 0, retryInMs: null };
-  if (rows.length === 0) return none;
+  if (rows.length === 0)
+    return limit.rate ? { ...none, retryInMs: await nextHoldIn(h, c, limit) } : none;
   const mine = await lockedKeys(h, c, schema, limit, rows);
   if (mine.length === 0) return none;
   const { counts, now } = await countsOf(c, h, limit);
@@ -134,6 +135,12 @@ async function claimOne(
     };
   });
   return { claimed, ...outcome };
+}
+
+/** When the earliest hold (a key's next start) of the operation ends, in ms from now, or null. */
+async function nextHoldIn(h: PgHandle, c: Queryable, limit: FlowLimit): Promise<number | null> {
+  const r = await c.query<{ in_ms: number | null }>(h.sql.flowNextHold, [limit.operation]);
+  return r.rows[0]?.in_ms ?? null;
 }
 
 /** The candidates whose keys' advisory locks this claim took (a key another claimer holds: skipped). */

@@ -4,7 +4,7 @@
  * own (flow.ts), apart from the plain claim, which only gains the pause filter.
  */
 import { claim } from './statements-hot.js';
-import { NOW, flowPauseFilter, fromMs, millis, toMs, type Tables } from './sql-parts.js';
+import { NOW, fromMs, millis, toMs, type Tables } from './sql-parts.js';
 
 /** The first key of the limited claim's advisory locks: "reckon flow". */
 export const FLOW_LOCK_NAMESPACE = 0x7265_6b66;
@@ -15,30 +15,44 @@ function flowCandidatesSql(t: Tables): string {
    * $1 queues (text[]), $2 operation, $3 window (rows), $4 concurrency max (null: no limit),
    * $5 rate max (null: no limit), $6 rate window (ms). Due QUEUED jobs of the operation in claim
    * order, locked (skipping those other claimers hold), leaving out keys already at a limit as
-   * committed now: the plan (plan/flow.ts) judges the rest after the key locks.
+   * committed now: the plan (plan/flow.ts) judges the rest after the key locks. Each queue is
+   * read on its own along `jobs_claim` (with `queue = ANY($1)` the planner read and sorted
+   * every waiting job of the operation on each claim), so the walk stops at the window.
    */
   return `
 WITH now AS MATERIALIZED (SELECT ${NOW} AS t)
-SELECT j.id, coalesce(j.rate_key, '') AS rate_key, coalesce(j.concurrency_key, '') AS concurrency_key,
-  ${toMs('j.run_at')} AS due_at
-FROM ${jobs} j
-WHERE j.state = 'QUEUED' AND j.queue = ANY($1::text[]) AND j.run_at <= (SELECT t FROM now)
-  AND j.operation = $2::text
-  ${flowPauseFilter(s)}
-  AND ($4::int IS NULL OR coalesce(j.concurrency_key, '') <> ALL (ARRAY(
-    SELECT l.concurrency_key FROM ${jobs} l
-    WHERE l.state = 'LEASED' AND l.concurrency_key IS NOT NULL AND l.operation = $2::text
-    GROUP BY l.concurrency_key HAVING count(*) >= $4::int)))
-  AND ($5::int IS NULL OR coalesce(j.rate_key, '') <> ALL (ARRAY(
-    SELECT f.rate_key FROM ${s}.flow_starts f
-    WHERE f.operation = $2::text AND f.at > (SELECT t FROM now) - ${millis('$6')}
-    GROUP BY f.rate_key HAVING count(*) >= $5::int
-    UNION ALL
-    SELECT h.rate_key FROM ${s}.flow_holds h
-    WHERE h.operation = $2::text AND h.until > (SELECT t FROM now))))
-ORDER BY j.priority DESC, j.run_at, j.id
-LIMIT $3::int
-FOR UPDATE SKIP LOCKED`;
+SELECT c.id, c.rate_key, c.concurrency_key, ${toMs('c.run_at')} AS due_at
+-- In the column's collation ("C"): compared in the text default's, jobs_claim was not used.
+-- Paused queues and the paused operation are left out here, once per queue: as a filter on the
+-- jobs, the planner took the queue's (single) value to fail it and read every waiting job.
+FROM (
+  SELECT DISTINCT q COLLATE "C" AS q FROM unnest($1::text[]) AS q
+  WHERE q <> ALL (ARRAY(SELECT name FROM ${s}.flow_pauses WHERE kind = 'queue'))
+    AND $2::text <> ALL (ARRAY(SELECT name FROM ${s}.flow_pauses WHERE kind = 'operation'))
+) qs
+CROSS JOIN LATERAL (
+  SELECT j.id, coalesce(j.rate_key, '') AS rate_key,
+    coalesce(j.concurrency_key, '') AS concurrency_key, j.priority, j.run_at
+  FROM ${jobs} j
+  WHERE j.state = 'QUEUED' AND j.queue = qs.q AND j.run_at <= (SELECT t FROM now)
+    AND j.operation = $2::text
+    AND ($4::int IS NULL OR coalesce(j.concurrency_key, '') <> ALL (ARRAY(
+      SELECT l.concurrency_key FROM ${jobs} l
+      WHERE l.state = 'LEASED' AND l.concurrency_key IS NOT NULL AND l.operation = $2::text
+      GROUP BY l.concurrency_key HAVING count(*) >= $4::int)))
+    AND ($5::int IS NULL OR coalesce(j.rate_key, '') <> ALL (ARRAY(
+      SELECT f.rate_key FROM ${s}.flow_starts f
+      WHERE f.operation = $2::text AND f.at > (SELECT t FROM now) - ${millis('$6')}
+      GROUP BY f.rate_key HAVING count(*) >= $5::int
+      UNION ALL
+      SELECT h.rate_key FROM ${s}.flow_holds h
+      WHERE h.operation = $2::text AND h.until > (SELECT t FROM now))))
+  ORDER BY j.priority DESC, j.run_at, j.id
+  LIMIT $3::int
+  FOR UPDATE SKIP LOCKED
+) c
+ORDER BY c.priority DESC, c.run_at, c.id
+LIMIT $3::int`;
 }
 
 export function flowStatements(t: Tables) {
@@ -71,6 +85,14 @@ GROUP BY f.rate_key
 UNION ALL
 SELECT 'hold', h.rate_key, 0, ${toMs('h.until')} FROM ${s}.flow_holds h
 WHERE h.operation = $1::text AND h.until > (SELECT t FROM now) - ${millis('$2')}`,
+    /**
+     * $1 operation: how long until the earliest hold of its keys ends (ms), or null. Asked when
+     * the candidates came back empty: keys whose next start is ahead were left out of them, and
+     * their next start should still wake the claimer.
+     */
+    flowNextHold: `
+SELECT ${toMs('min(h.until)')} - ${toMs(NOW)} AS in_ms FROM ${s}.flow_holds h
+WHERE h.operation = $1::text AND h.until > ${NOW}`,
     /**
      * Leases the jobs the plan took (locked by flowCandidates) and records their starts, in one
      * statement stamped with the time the decision was made: the window the plan judged is the
