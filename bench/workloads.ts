@@ -88,11 +88,18 @@ const enqueueBatch: Workload = {
   },
 };
 
-function processing(concurrency: number): Workload {
+/**
+ * `n` jobs pre-enqueued, then one worker of `concurrency` runs them all. `keyed` (reckon only):
+ * the jobs' operation has a concurrency limit of 1 per key, one key per job (benchKeyedOp), so
+ * every claim is the limited claim and no key is contended: its cost against process-c<N>.
+ */
+function processing(concurrency: number, keyed = false): Workload {
   return {
-    name: `process-c${concurrency}`,
+    name: `process-c${concurrency}${keyed ? '-keyed' : ''}`,
     unit: 'jobs/s',
+    ...(keyed ? { only: (s: BenchSystem) => s.family === 'reckon' } : {}),
     async run(s, z) {
+      if (keyed) (s as ReckonSystem).keyed = true;
       const n = z.processJobs;
       await enqueueBatches(s, n);
       let started = 0;
@@ -355,6 +362,7 @@ export const WORKLOADS: Workload[] = [
   enqueueBatch,
   processing(10),
   processing(50),
+  processing(50, true),
   latency,
   latencyCrossProcess,
   claimLatency('claim-10k', (z) => z.claimWaitingSmall),

@@ -23,6 +23,17 @@ export const benchOp = defineOperation({
   },
 });
 
+/**
+ * benchOp with a concurrency limit of 1 per key and a key of its own per job: every claim goes
+ * through the limited claim (flow control, issue #30), and no key is ever contended, so what it
+ * costs against benchOp is the limit's bookkeeping alone.
+ */
+export const benchKeyedOp = defineOperation({
+  name: 'bench.keyed',
+  concurrency: { max: 1, key: (input: Payload) => `k${input.seq}` },
+  execute: benchOp.spec.execute,
+});
+
 /** Leases a bench worker holds beyond its concurrency (the worker's `prefetch`). */
 export const BENCH_PREFETCH = 100;
 
@@ -43,6 +54,8 @@ export class ReckonSystem implements BenchSystem {
   private owned = false;
   /** The SQLite file, for a worker in another process. */
   storeUrl = '';
+  /** Enqueue and work benchKeyedOp rather than benchOp (process-c50-keyed). */
+  keyed = false;
 
   constructor(readonly backend: 'sqlite' | 'postgres') {
     this.name = backend === 'sqlite' ? 'reckon-sqlite' : 'reckon-pg';
@@ -58,13 +71,13 @@ export class ReckonSystem implements BenchSystem {
       this.storeUrl = pgUrl(this.db);
     }
     this.owned = true;
-    this.q = await openQueue({ store: this.storeUrl, operations: [benchOp] });
+    this.q = await openQueue({ store: this.storeUrl, operations: [benchOp, benchKeyedOp] });
     this.seqBase = Date.now();
   }
 
   async attach(target: string): Promise<void> {
     this.storeUrl = target;
-    this.q = await openQueue({ store: target, operations: [benchOp] });
+    this.q = await openQueue({ store: target, operations: [benchOp, benchKeyedOp] });
     this.seqBase = Date.now();
   }
 
@@ -81,18 +94,22 @@ export class ReckonSystem implements BenchSystem {
     this.dir = undefined;
   }
 
+  private get op() {
+    return this.keyed ? benchKeyedOp : benchOp;
+  }
+
   get queue(): Queue {
     if (!this.q) throw new Error('reckon bench system is not open');
     return this.q;
   }
 
   async enqueue(p: Payload): Promise<void> {
-    await this.queue.enqueue(benchOp, p, { key: `k${this.seqBase}-${p.seq}` });
+    await this.queue.enqueue(this.op, p, { key: `k${this.seqBase}-${p.seq}` });
   }
 
   async enqueueMany(ps: Payload[]): Promise<void> {
     await this.queue.enqueueMany(
-      benchOp,
+      this.op,
       ps.map((p) => ({ input: p, key: `k${this.seqBase}-${p.seq}` })),
     );
   }
@@ -251,7 +268,7 @@ FROM g, ${s}.events e WHERE e.job_id = $1`;
   async work(o: WorkOptions): Promise<Running> {
     handlers.onStart = o.onStart;
     const worker = this.queue.worker({
-      operations: [benchOp],
+      operations: [this.op],
       concurrency: o.concurrency,
       // reckon's throughput setting (as graphile-worker's local queue of 500 is its own): leases
       // claimed ahead of free slots, so a slot that frees never waits for a claim round trip.

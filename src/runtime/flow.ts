@@ -162,6 +162,7 @@ export class FlowClaimer {
 
   async claim(p: { queues: string[]; limit: number; leaseMs: number }): Promise<ClaimedAttempt[]> {
     if (this.limits.length === 0 || p.limit <= 0) return [];
+    const sentAt = this.host.clock.monotonic();
     const r = await this.host.store.attemptClaimLimited({
       ownerId: this.host.ownerId,
       queues: p.queues,
@@ -181,7 +182,11 @@ export class FlowClaimer {
         operation: c.job.operation,
         waitMs: Math.max(0, c.attempt.leasedAt - c.job.runAt),
       });
-    if (r.retryInMs !== null) this.wakeIn(r.retryInMs);
+    // The slot frees retryInMs after the store's decision, made while the claim was in flight:
+    // counted from when it was sent, so that the next claim is not late by this one's round trip
+    // (a claim a little early is told to retry at once; a late one loses the slot's time).
+    if (r.retryInMs !== null)
+      this.wakeIn(Math.max(0, r.retryInMs - (this.host.clock.monotonic() - sentAt)));
     return r.claimed;
   }
 

@@ -10,6 +10,8 @@ export interface FlowCandidate {
   /** '' for the operation-wide key (NULL in the row: a job enqueued before the limit existed). */
   rateKey: string;
   concurrencyKey: string;
+  /** When the job became due (its run_at, ms): no start is owed to a key for time before it. */
+  dueAt: number;
 }
 
 export interface FlowCounts {
@@ -79,15 +81,33 @@ export function tallyFlowOutcome(
 }
 
 /**
- * A key's next start time after a start at `now`: one interval (perMs / max) later on the grid
- * of its earlier starts. A start up to one interval late keeps that grid (a claim that woke a few
- * ms late does not slow the rate down); later than that, the grid restarts at now.
+ * A key's next start time after a start at `now`: one interval (perMs / max) after the slot this
+ * start fills on the grid of the key's earlier starts. A claim that comes late (a busy host, a
+ * timer that fired late) fills the slot it missed, so the lateness is caught up rather than
+ * lost: the next slot may then be due at once, and the starts missed go together. The catch-up
+ * is bounded: a slot is never older than `catchUpMs` (see `rateCatchUpMs`), nor older than the
+ * job's own due time (a key with nothing waiting is owed nothing). What bounds the starts is the
+ * window count, judged apart: never more than max in any perMs, whatever the grid says.
  */
-export function spacedAfter(next: number | undefined, now: number, intervalMs: number): number {
-  // An idle key (nothing stored within a window), or a start a whole interval late or more,
-  // starts a new grid at now: the next start is one interval away, never at now again.
-  if (next === undefined || next <= now - intervalMs) return now + intervalMs;
-  return next + intervalMs;
+export function spacedAfter(
+  next: number | undefined,
+  now: number,
+  intervalMs: number,
+  dueAt: number,
+  catchUpMs: number,
+): number {
+  // An idle key (nothing stored within a window) starts a new grid at now.
+  if (next === undefined) return now + intervalMs;
+  return Math.max(next, dueAt, now - catchUpMs) + intervalMs;
+}
+
+/**
+ * How late a start can be and still fill its slot (ms): a quarter of the window, at least one
+ * interval. A stall up to this long costs no starts; at most max / 4 + 1 of them then go
+ * together (a burst the window count still caps at max per perMs). A longer stall loses the rest.
+ */
+export function rateCatchUpMs(rate: { max: number; perMs: number }): number {
+  return Math.max(rateIntervalMs(rate), Math.floor(rate.perMs / 4));
 }
 
 /** The interval between two starts of one key: whole ms (the window caps any rounding). */
@@ -110,6 +130,7 @@ export function planFlowClaim(
   const started = new Map<string, number>();
   const nextStartAt = new Map<string, number>();
   const interval = limit.rate ? rateIntervalMs(limit.rate) : 0;
+  const catchUp = limit.rate ? rateCatchUpMs(limit.rate) : 0;
   const leasedNow = new Map<string, number>();
   const take: number[] = [];
   let heldByRate = 0;
@@ -148,7 +169,7 @@ export function planFlowClaim(
     if (limit.rate) {
       started.set(c.rateKey, (started.get(c.rateKey) ?? 0) + 1);
       const next = nextStartAt.get(c.rateKey) ?? counts.holds.get(c.rateKey);
-      nextStartAt.set(c.rateKey, spacedAfter(next, now, interval));
+      nextStartAt.set(c.rateKey, spacedAfter(next, now, interval, c.dueAt, catchUp));
     }
     take.push(i);
   }

@@ -3,9 +3,13 @@
  *
  * The limited claim is one transaction: lock due candidates (SKIP LOCKED), take the advisory
  * lock of each of their keys that is free (pg_try_advisory_xact_lock: a key another claimer
- * holds is skipped, never waited for), read the counts of the locked keys (a fresh snapshot: a
- * claimer that held a key before has committed, so its leases and starts are counted), let the
- * plan choose, lease, record the starts. Two claimers never judge one key at once.
+ * holds is skipped, never waited for), read the counts of the locked keys and the clock (a fresh
+ * snapshot: a claimer that held a key before has committed, so its leases and starts are
+ * counted), let the plan choose, then lease and record the starts in one statement stamped with
+ * the time the counts were read. Two claimers never judge one key at once, so the decisions of
+ * one key are in the order of their times, and each judged the window that ends at its own
+ * leases. A hold (flowBackoff) waits for the key's lock: it lands between two decisions, never
+ * between a decision and its leases.
  */
 import type { FlowLimit } from '../../core/flow.js';
 import {
@@ -40,6 +44,7 @@ interface CandidateRow {
   id: string;
   rate_key: string;
   concurrency_key: string;
+  due_at: number;
 }
 
 /** One advisory lock per limit key (hashed by the statement; a collision only skips a key). */
@@ -91,33 +96,32 @@ async function claimOne(
     ])
   ).rows;
   const none = { claimed: [], heldByRate: 0, heldByConcurrency: 0, retryInMs: null };
-  if (rows.length === 0) return none;
+  if (rows.length === 0)
+    return limit.rate ? { ...none, retryInMs: await nextHoldIn(h, c, limit) } : none;
   const mine = await lockedKeys(h, c, schema, limit, rows);
   if (mine.length === 0) return none;
   const { counts, now } = await countsOf(c, h, limit);
   const candidates: FlowCandidate[] = mine.map((r) => ({
     rateKey: r.rate_key,
     concurrencyKey: r.concurrency_key,
+    dueAt: r.due_at,
   }));
   const plan = planFlowClaim(limit, candidates, counts, want, now);
   const outcome = flowOutcome(plan, now);
   const taken = plan.take.map((i) => mine[i]!);
   if (taken.length === 0) return { claimed: [], ...outcome };
+  // Leased and started at `now`, the time the plan judged: the decision's time is the leases'.
   const leased = await c.query<ClaimRow>(h.sql.flowLease, [
     taken.map((r) => r.id),
     [limit.operation],
     p.ownerId,
     p.leaseMs,
+    now,
+    limit.rate ? taken.map((r) => r.rate_key) : [],
+    limit.rate?.perMs ?? 0,
+    [...plan.nextStartAt.keys()],
+    [...plan.nextStartAt.values()],
   ]);
-  if (limit.rate)
-    await c.query(h.sql.flowStartsRecord, [
-      limit.operation,
-      taken.map((r) => r.rate_key),
-      now,
-      limit.rate.perMs,
-      [...plan.nextStartAt.keys()],
-      [...plan.nextStartAt.values()],
-    ]);
   const claimed = leased.rows.map((row) => {
     const job = jobFromRow(row);
     return {
@@ -131,6 +135,12 @@ async function claimOne(
     };
   });
   return { claimed, ...outcome };
+}
+
+/** When the earliest hold (a key's next start) of the operation ends, in ms from now, or null. */
+async function nextHoldIn(h: PgHandle, c: Queryable, limit: FlowLimit): Promise<number | null> {
+  const r = await c.query<{ in_ms: number | null }>(h.sql.flowNextHold, [limit.operation]);
+  return r.rows[0]?.in_ms ?? null;
 }
 
 /** The candidates whose keys' advisory locks this claim took (a key another claimer holds: skipped). */
@@ -179,11 +189,14 @@ async function countsOf(
   return { counts: { leased, starts, holds }, now };
 }
 
+/** A hold on a rate key, ordered with the claims that judge the key (see `flowBackoff` SQL). */
 export async function flowBackoff(
   h: PgHandle,
+  schema: string,
   p: { operation: string; rateKey: string; delayMs: number },
 ): Promise<void> {
-  await h.db.run((c) => c.query(h.sql.flowBackoff, [p.operation, p.rateKey, p.delayMs]));
+  const lock = lockName(schema, 'r', p.operation, p.rateKey);
+  await h.db.run((c) => c.query(h.sql.flowBackoff, [p.operation, p.rateKey, p.delayMs, lock]));
 }
 
 export async function pauseSet(

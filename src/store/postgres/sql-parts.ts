@@ -165,13 +165,16 @@ export const NEW_JOB_SHARED = [
 ] as const;
 
 /**
- * Flow control's filter for the claim's candidates (alias `j`): no job of a paused queue or
- * operation. Each ARRAY is uncorrelated, so it runs once per statement (an InitPlan), and with
- * nothing paused each row only compares against an empty array.
+ * Flow control's filter for a claim (`$2` its operations, `queue` the SQL of the queue it reads,
+ * alias `j`): no job of a paused queue or operation. Judged on the claim's own queue and
+ * operations, once per statement (each ARRAY is an InitPlan), never against a job's columns:
+ * there the planner took a queue's or operation's only value to fail the filter, estimated one
+ * row, and read and sorted every waiting job instead of walking the claim index.
  */
-export function flowPauseFilter(s: string, j = 'j'): string {
-  return `AND ${j}.queue <> ALL (ARRAY(SELECT name FROM ${s}.flow_pauses WHERE kind = 'queue'))
-    AND ${j}.operation <> ALL (ARRAY(SELECT name FROM ${s}.flow_pauses WHERE kind = 'operation'))`;
+export function flowPauseFilter(s: string, queue: string, j = 'j'): string {
+  return `AND ${queue} <> ALL (ARRAY(SELECT name FROM ${s}.flow_pauses WHERE kind = 'queue'))
+    AND ${j}.operation = ANY (ARRAY(SELECT o FROM unnest($2::text[]) AS o
+      WHERE o <> ALL (ARRAY(SELECT name FROM ${s}.flow_pauses WHERE kind = 'operation'))))`;
 }
 
 /** The hand-off's filter (a `due` row `d`): never to a paused queue or operation. */

@@ -4,7 +4,7 @@
  * own (flow.ts), apart from the plain claim, which only gains the pause filter.
  */
 import { claim } from './statements-hot.js';
-import { NOW, flowPauseFilter, fromMs, millis, toMs, type Tables } from './sql-parts.js';
+import { NOW, fromMs, millis, toMs, type Tables } from './sql-parts.js';
 
 /** The first key of the limited claim's advisory locks: "reckon flow". */
 export const FLOW_LOCK_NAMESPACE = 0x7265_6b66;
@@ -15,29 +15,44 @@ function flowCandidatesSql(t: Tables): string {
    * $1 queues (text[]), $2 operation, $3 window (rows), $4 concurrency max (null: no limit),
    * $5 rate max (null: no limit), $6 rate window (ms). Due QUEUED jobs of the operation in claim
    * order, locked (skipping those other claimers hold), leaving out keys already at a limit as
-   * committed now: the plan (plan/flow.ts) judges the rest after the key locks.
+   * committed now: the plan (plan/flow.ts) judges the rest after the key locks. Each queue is
+   * read on its own along `jobs_claim` (with `queue = ANY($1)` the planner read and sorted
+   * every waiting job of the operation on each claim), so the walk stops at the window.
    */
   return `
 WITH now AS MATERIALIZED (SELECT ${NOW} AS t)
-SELECT j.id, coalesce(j.rate_key, '') AS rate_key, coalesce(j.concurrency_key, '') AS concurrency_key
-FROM ${jobs} j
-WHERE j.state = 'QUEUED' AND j.queue = ANY($1::text[]) AND j.run_at <= (SELECT t FROM now)
-  AND j.operation = $2::text
-  ${flowPauseFilter(s)}
-  AND ($4::int IS NULL OR coalesce(j.concurrency_key, '') <> ALL (ARRAY(
-    SELECT l.concurrency_key FROM ${jobs} l
-    WHERE l.state = 'LEASED' AND l.concurrency_key IS NOT NULL AND l.operation = $2::text
-    GROUP BY l.concurrency_key HAVING count(*) >= $4::int)))
-  AND ($5::int IS NULL OR coalesce(j.rate_key, '') <> ALL (ARRAY(
-    SELECT f.rate_key FROM ${s}.flow_starts f
-    WHERE f.operation = $2::text AND f.at > (SELECT t FROM now) - ${millis('$6')}
-    GROUP BY f.rate_key HAVING count(*) >= $5::int
-    UNION ALL
-    SELECT h.rate_key FROM ${s}.flow_holds h
-    WHERE h.operation = $2::text AND h.until > (SELECT t FROM now))))
-ORDER BY j.priority DESC, j.run_at, j.id
-LIMIT $3::int
-FOR UPDATE SKIP LOCKED`;
+SELECT c.id, c.rate_key, c.concurrency_key, ${toMs('c.run_at')} AS due_at
+-- In the column's collation ("C"): compared in the text default's, jobs_claim was not used.
+-- Paused queues and the paused operation are left out here, once per queue: as a filter on the
+-- jobs, the planner took the queue's (single) value to fail it and read every waiting job.
+FROM (
+  SELECT DISTINCT q COLLATE "C" AS q FROM unnest($1::text[]) AS q
+  WHERE q <> ALL (ARRAY(SELECT name FROM ${s}.flow_pauses WHERE kind = 'queue'))
+    AND $2::text <> ALL (ARRAY(SELECT name FROM ${s}.flow_pauses WHERE kind = 'operation'))
+) qs
+CROSS JOIN LATERAL (
+  SELECT j.id, coalesce(j.rate_key, '') AS rate_key,
+    coalesce(j.concurrency_key, '') AS concurrency_key, j.priority, j.run_at
+  FROM ${jobs} j
+  WHERE j.state = 'QUEUED' AND j.queue = qs.q AND j.run_at <= (SELECT t FROM now)
+    AND j.operation = $2::text
+    AND ($4::int IS NULL OR coalesce(j.concurrency_key, '') <> ALL (ARRAY(
+      SELECT l.concurrency_key FROM ${jobs} l
+      WHERE l.state = 'LEASED' AND l.concurrency_key IS NOT NULL AND l.operation = $2::text
+      GROUP BY l.concurrency_key HAVING count(*) >= $4::int)))
+    AND ($5::int IS NULL OR coalesce(j.rate_key, '') <> ALL (ARRAY(
+      SELECT f.rate_key FROM ${s}.flow_starts f
+      WHERE f.operation = $2::text AND f.at > (SELECT t FROM now) - ${millis('$6')}
+      GROUP BY f.rate_key HAVING count(*) >= $5::int
+      UNION ALL
+      SELECT h.rate_key FROM ${s}.flow_holds h
+      WHERE h.operation = $2::text AND h.until > (SELECT t FROM now))))
+  ORDER BY j.priority DESC, j.run_at, j.id
+  LIMIT $3::int
+  FOR UPDATE SKIP LOCKED
+) c
+ORDER BY c.priority DESC, c.run_at, c.id
+LIMIT $3::int`;
 }
 
 export function flowStatements(t: Tables) {
@@ -70,30 +85,50 @@ GROUP BY f.rate_key
 UNION ALL
 SELECT 'hold', h.rate_key, 0, ${toMs('h.until')} FROM ${s}.flow_holds h
 WHERE h.operation = $1::text AND h.until > (SELECT t FROM now) - ${millis('$2')}`,
-    /** $1 job ids (text[]), $2 operations (text[]), $3 owner, $4 lease (ms): leases them (locked by flowCandidates). */
+    /**
+     * $1 operation: how long until the earliest hold of its keys ends (ms), or null. Asked when
+     * the candidates came back empty: keys whose next start is ahead were left out of them, and
+     * their next start should still wake the claimer.
+     */
+    flowNextHold: `
+SELECT ${toMs('min(h.until)')} - ${toMs(NOW)} AS in_ms FROM ${s}.flow_holds h
+WHERE h.operation = $1::text AND h.until > ${NOW}`,
+    /**
+     * Leases the jobs the plan took (locked by flowCandidates) and records their starts, in one
+     * statement stamped with the time the decision was made: the window the plan judged is the
+     * window of the leases' own times. $1 job ids (text[]), $2 the operation (a one-element
+     * text[]), $3 owner, $4 lease (ms), $5 the decision's time (ms). Rate limits (else empty):
+     * $6 rate keys (text[], one per start), $7 window (ms), $8 the keys that started and $9 their
+     * next start times (ms; a later one stored is kept). The keys' rows are this claim's (it holds
+     * their advisory locks): no claim waits on another.
+     */
     flowLease: claim(
       t,
       `
 picked AS MATERIALIZED (
   SELECT j.id FROM ${jobs} j
   WHERE j.id = ANY($1::text[]) AND j.operation = ANY($2::text[]) AND j.state = 'QUEUED'
-)`,
-    ),
-    /**
-     * $1 operation, $2 rate keys (text[], one per start), $3 the claim's now (ms), $4 window (ms),
-     * $5 keys and $6 their next start times (ms; a later one stored is kept).
-     */
-    flowStartsRecord: `
-WITH gone AS (
-  DELETE FROM ${s}.flow_starts WHERE operation = $1::text AND at <= ${fromMs('$3')} - ${millis('$4')}
+),
+gone AS (
+  -- Starts that left the window count for nothing any more; rows another claim is deleting are
+  -- left to it (no claim waits on another).
+  DELETE FROM ${s}.flow_starts WHERE ctid = ANY (ARRAY(
+    SELECT o.ctid FROM ${s}.flow_starts o
+    WHERE cardinality($6::text[]) > 0 AND o.operation = ($2::text[])[1]
+      AND o.at <= (SELECT t FROM now) - ${millis('$7')}
+    FOR UPDATE SKIP LOCKED))
 ),
 spaced AS (
   INSERT INTO ${s}.flow_holds AS f (operation, rate_key, until)
-  SELECT $1::text, k.key, ${fromMs('k.at')} FROM unnest($5::text[], $6::bigint[]) AS k(key, at)
+  SELECT ($2::text[])[1], k.key, ${fromMs('k.at')} FROM unnest($8::text[], $9::bigint[]) AS k(key, at)
   ON CONFLICT (operation, rate_key) DO UPDATE SET until = greatest(f.until, excluded.until)
-)
-INSERT INTO ${s}.flow_starts (operation, rate_key, at)
-SELECT $1::text, k, ${fromMs('$3')} FROM unnest($2::text[]) AS k`,
+),
+started AS (
+  INSERT INTO ${s}.flow_starts (operation, rate_key, at)
+  SELECT ($2::text[])[1], k, (SELECT t FROM now) FROM unnest($6::text[]) AS k
+)`,
+      fromMs('$5'),
+    ),
     ...flowAdminStatements(t),
   };
 }
@@ -102,10 +137,18 @@ SELECT $1::text, k, ${fromMs('$3')} FROM unnest($2::text[]) AS k`,
 function flowAdminStatements(t: Tables) {
   const { s } = t;
   return {
-    /** $1 operation, $2 rate key, $3 delay (ms). */
+    /**
+     * $1 operation, $2 rate key, $3 delay (ms), $4 the key's lock name. Waits for the key's
+     * advisory lock, the one a limited claim takes to judge the key: a claim judging it now
+     * commits first (its starts were decided before the hold), and every claim after it reads the
+     * hold. The hold's time is read once the lock is held.
+     */
     flowBackoff: `
+WITH locked AS MATERIALIZED (
+  SELECT pg_advisory_xact_lock(${FLOW_LOCK_NAMESPACE}, hashtext($4::text)) AS held
+)
 INSERT INTO ${s}.flow_holds (operation, rate_key, until)
-VALUES ($1::text, $2::text, ${NOW} + ${millis('$3')})
+SELECT $1::text, $2::text, ${NOW} + ${millis('$3')} FROM locked
 ON CONFLICT (operation, rate_key) DO UPDATE SET until = greatest(${s}.flow_holds.until, excluded.until)`,
     /** $1 kind, $2 name, $3 actor, $4 reason. */
     pauseInsert: `

@@ -15,15 +15,18 @@ import {
   type Tables,
 } from './sql-parts.js';
 
-/** The claim statement around its `picked` CTE (the due jobs to lease, locked). */
+/**
+ * The claim statement around its `picked` CTE (the due jobs to lease, locked); `now` is the
+ * lease's time (the limited claim passes the time its decision was made).
+ */
 // The claim commits without waiting for its WAL flush (`synchronous_commit` off for its own
 // transaction only): nothing acts on a claim but its dispatch marker, a synchronous commit
 // after it, and WAL is flushed in order, so the marker is never durable without its claim. A
 // claim lost to a server crash was acted on by nobody: its job is simply QUEUED again.
-export function claim(t: Tables, picked: string): string {
+export function claim(t: Tables, picked: string, now = NOW): string {
   const { jobs, attempts } = t;
   return `
-WITH now AS MATERIALIZED (SELECT ${NOW} AS t, set_config('synchronous_commit', 'off', true) AS async),${picked},
+WITH now AS MATERIALIZED (SELECT ${now} AS t, set_config('synchronous_commit', 'off', true) AS async),${picked},
 leased AS (
   UPDATE ${jobs} j SET state = 'LEASED', attempt_count = j.attempt_count + 1, updated_at = now.t,
     next_check_at = NULL
@@ -75,8 +78,7 @@ export function claimStatements(t: Tables) {
 picked AS MATERIALIZED (
   SELECT j.id FROM ${jobs} j
   WHERE j.state = 'QUEUED' AND j.queue = $1::text AND j.run_at <= (SELECT t FROM now)
-    AND j.operation = ANY($2::text[])
-    ${flowPauseFilter(t.s)}
+    ${flowPauseFilter(t.s, '$1::text')}
   ORDER BY j.priority DESC, j.run_at, j.id
   LIMIT ${limit}
   FOR UPDATE SKIP LOCKED
@@ -94,12 +96,12 @@ picked AS MATERIALIZED (
         `
 picked AS MATERIALIZED (
   SELECT c.id, c.priority, c.run_at
-  FROM (SELECT DISTINCT q FROM unnest($1::text[]) AS q) qs
+  -- In the column's collation ("C"): in the text default's, jobs_claim was not used.
+  FROM (SELECT DISTINCT q COLLATE "C" AS q FROM unnest($1::text[]) AS q) qs
   CROSS JOIN LATERAL (
     SELECT j.id, j.priority, j.run_at FROM ${jobs} j
     WHERE j.state = 'QUEUED' AND j.queue = qs.q AND j.run_at <= (SELECT t FROM now)
-      AND j.operation = ANY($2::text[])
-      ${flowPauseFilter(t.s)}
+      ${flowPauseFilter(t.s, 'qs.q')}
     ORDER BY j.priority DESC, j.run_at, j.id
     LIMIT ${limit}
     FOR UPDATE SKIP LOCKED

@@ -427,7 +427,7 @@ export class PostgresStore implements Store {
   }
 
   flowBackoff(p: { operation: string; rateKey: string; delayMs: number }): Promise<void> {
-    return flow.flowBackoff(this.h, p);
+    return flow.flowBackoff(this.h, this.schema, p);
   }
 
   pauseSet(p: {

@@ -155,6 +155,7 @@ function claimLimited(h: SqliteHandle, p: FlowClaimParams, write: boolean): Flow
     const candidates: FlowCandidate[] = rows.map((r) => ({
       rateKey: r[27] ?? '',
       concurrencyKey: r[28] ?? '',
+      dueAt: r[10],
     }));
     const plan = planFlowClaim(limit, candidates, countsOf(h, limit, now), want, now);
     tallyFlowOutcome(result, limit.operation, flowOutcome(plan, now));
