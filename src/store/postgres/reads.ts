@@ -118,6 +118,7 @@ function searchFilters(p: JobSearchParams, params: Params, withStates: boolean):
   if (withStates && p.states?.length) out.push(`state = ANY(${params.add(p.states)}::text[])`);
   if (p.queue !== undefined) out.push(`queue = ${params.add(p.queue)}`);
   if (p.operation !== undefined) out.push(`operation = ${params.add(p.operation)}`);
+  if (p.runId !== undefined) out.push(`run_id = ${params.add(p.runId)}`);
   if (p.text !== undefined) {
     const text = params.add(p.text);
     const like = params.add(likePattern(p.text));
