@@ -127,9 +127,9 @@ describe('reckon approvals', () => {
 
     expect((await reckon(['approvals', 'list'])).stdout).toContain('nothing awaits approval');
     const listedByState = await reckon(['jobs', 'list', '--state', 'CANCELLED', '--json']);
-    expect((JSON.parse(listedByState.stdout) as { id: string }[]).map((j) => j.id)).toEqual([
-      b!.id,
-    ]);
+    expect(
+      (JSON.parse(listedByState.stdout) as { jobs: { id: string }[] }).jobs.map((j) => j.id),
+    ).toEqual([b!.id]);
   });
 
   it('enqueue says the job awaits approval; jobs list --state AWAITING_APPROVAL; status --max-approval-age turns unhealthy', async () => {
@@ -146,7 +146,9 @@ describe('reckon approvals', () => {
     expect(enqueued.stderr).toContain(`it awaits approval (reckon approvals approve|deny ${a.id}`);
     const byState = await reckon(['jobs', 'list', '--state', 'AWAITING_APPROVAL', '--json']);
     expect(byState.code, byState.stderr).toBe(0);
-    expect((JSON.parse(byState.stdout) as { id: string }[]).map((j) => j.id)).toEqual([a.id]);
+    expect(
+      (JSON.parse(byState.stdout) as { jobs: { id: string }[] }).jobs.map((j) => j.id),
+    ).toEqual([a.id]);
 
     const healthy = await reckon(['status', '--max-approval-age', '3600000']);
     expect(healthy.code, healthy.stderr).toBe(0);

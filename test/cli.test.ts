@@ -392,12 +392,13 @@ describe('reckon CLI', () => {
     expect(table.code, table.stderr).toBe(0);
     expect(table.stdout).toContain(a!.id);
     expect(table.stdout).toContain('QUEUED');
-    const listed = json<{ id: string }[]>(await reckon(['jobs', 'list', '--json']));
-    expect(listed.map((j) => j.id).sort()).toEqual([a!.id, b!.id].sort());
-    const filtered = json<{ id: string }[]>(
+    const listed = json<{ jobs: { id: string }[] }>(await reckon(['jobs', 'list', '--json']));
+    expect(listed.jobs.map((j) => j.id).sort()).toEqual([a!.id, b!.id].sort());
+    expect(listed).toMatchObject({ nextBefore: null, scanStopped: false });
+    const filtered = json<{ jobs: { id: string }[] }>(
       await reckon(['jobs', 'list', '--queue', 'other', '--state', 'queued', '--json']),
     );
-    expect(filtered.map((j) => j.id)).toEqual([b!.id]);
+    expect(filtered.jobs.map((j) => j.id)).toEqual([b!.id]);
 
     const show = await reckon(['jobs', 'show', a!.id]);
     expect(show.code, show.stderr).toBe(0);

@@ -17,6 +17,8 @@ export interface JobSearchQuery {
   state?: JobState | JobState[];
   queue?: string;
   operation?: string;
+  /** Only the steps of this agent run (the `runId` given at enqueue). */
+  runId?: string;
   /** Created at or after this time (epoch ms or Date, store clock). */
   from?: number | Date;
   /** Created before this time. */
@@ -90,11 +92,13 @@ export function searchParams(query: JobSearchQuery): JobSearchParams {
   if (states.length) p.states = [...new Set(states)];
   const queue = nameOf(query.queue, 'queue');
   const operation = nameOf(query.operation, 'operation');
+  const runId = nameOf(query.runId, 'runId');
   const before = nameOf(query.before, 'before');
   const from = timeOf(query.from, 'from');
   const to = timeOf(query.to, 'to');
   if (queue !== undefined) p.queue = queue;
   if (operation !== undefined) p.operation = operation;
+  if (runId !== undefined) p.runId = runId;
   if (before !== undefined) p.beforeId = before;
   if (from !== undefined) p.createdFrom = from;
   if (to !== undefined) p.createdTo = to;

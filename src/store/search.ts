@@ -47,7 +47,11 @@ export function onlyIndexedStates(p: JobSearchParams): boolean {
 /** Does the search filter on anything but the id range? */
 export function hasFilters(p: JobSearchParams): boolean {
   return (
-    !!p.states?.length || p.queue !== undefined || p.operation !== undefined || p.text !== undefined
+    !!p.states?.length ||
+    p.queue !== undefined ||
+    p.operation !== undefined ||
+    p.runId !== undefined ||
+    p.text !== undefined
   );
 }
 
@@ -61,6 +65,7 @@ export function matchesFilters(job: JobRecord, p: JobSearchParams): boolean {
   if (p.states?.length && !p.states.includes(job.state)) return false;
   if (p.queue !== undefined && job.queue !== p.queue) return false;
   if (p.operation !== undefined && job.operation !== p.operation) return false;
+  if (p.runId !== undefined && job.runId !== p.runId) return false;
   const t = idTime(job.id);
   if (p.createdFrom !== undefined && (t === null || t < p.createdFrom)) return false;
   if (p.createdTo !== undefined && (t === null || t >= p.createdTo)) return false;

@@ -248,6 +248,8 @@ export interface JobSearchParams {
   states?: JobState[];
   queue?: string;
   operation?: string;
+  /** Only the steps of this agent run (exact). */
+  runId?: string;
   /** created_at >= this (epoch ms, store clock). */
   createdFrom?: number;
   /** created_at < this (epoch ms, store clock). */

@@ -5,7 +5,19 @@ import { cliDecisionBy } from '../os-user.js';
 import type { Command } from 'commander';
 import { JobNotFound } from '../../core/errors.js';
 import { JOB_STATES, type JobState } from '../../core/states.js';
-import type { AttemptRecord, EventRecord, JobDetail, JobRecord } from '../../store/store.js';
+import {
+  SEARCH_LIMIT_MAX,
+  SEARCH_SCAN_ROWS_DEFAULT,
+  SEARCH_SCAN_ROWS_MAX,
+  type JobSearchQuery,
+} from '../../runtime/search.js';
+import type {
+  AttemptRecord,
+  EventRecord,
+  JobDetail,
+  JobRecord,
+  JobSearchPage,
+} from '../../store/store.js';
 import {
   brief,
   fieldTable,
@@ -15,7 +27,7 @@ import {
   println,
   table,
 } from '../output.js';
-import { intOption, statesOption } from '../parse.js';
+import { intOption, statesOption, timeOption } from '../parse.js';
 import { addJsonOption, addStoreOption, withQueue, type StoreFlags } from '../store-option.js';
 
 interface ListFlags extends StoreFlags {
@@ -23,8 +35,12 @@ interface ListFlags extends StoreFlags {
   queue?: string;
   operation?: string;
   run?: string;
+  text?: string;
+  from?: number;
+  to?: number;
   limit: number;
   before?: string;
+  scanRows: number;
   json?: boolean;
 }
 
@@ -90,7 +106,12 @@ function registerList(jobs: Command): void {
   const list = jobs
     .command('list')
     .summary('list jobs, newest first, with filters')
-    .description('Lists jobs, newest first.')
+    .description(
+      'Lists jobs, newest first. One call reads at most a window of jobs below the cursor ' +
+        `(--scan-rows, default ${SEARCH_SCAN_ROWS_DEFAULT.toLocaleString('en-US')}), whatever ` +
+        'the filters: a filter matching few jobs says where the window stopped and where to go ' +
+        'on (--before), instead of reading the whole journal. The same search as GET /api/jobs.',
+    )
     .option(
       '--state <states>',
       `only these states, comma-separated: ${JOB_STATES.join(', ')}`,
@@ -99,27 +120,60 @@ function registerList(jobs: Command): void {
     .option('--queue <name>', 'only this queue')
     .option('--operation <name>', 'only this operation')
     .option('--run <runId>', 'only the steps of this agent run (enqueued with { runId, stepId })')
-    .option('--limit <n>', 'at most this many jobs', intOption(1, 10_000), 50)
-    .option('--before <id>', 'page: only jobs created before this job id')
+    .option(
+      '--text <text>',
+      'a job id or request key, a run id or request fingerprint, or text in the input',
+    )
+    .option('--from <time>', 'only jobs created at or after this ISO 8601 time', timeOption)
+    .option('--to <time>', 'only jobs created before this ISO 8601 time', timeOption)
+    .option('--limit <n>', 'at most this many jobs', intOption(1, SEARCH_LIMIT_MAX), 50)
+    .option('--before <id>', 'page: only jobs created before this job id (the next-page hint)')
+    .option(
+      '--scan-rows <n>',
+      'the most jobs one call reads past',
+      intOption(1, SEARCH_SCAN_ROWS_MAX),
+      SEARCH_SCAN_ROWS_DEFAULT,
+    )
     .addHelpText(
       'after',
-      '\nExample:\n  $ reckon jobs list --state unknown,needs_review --limit 20',
+      '\nExamples:\n  $ reckon jobs list --state unknown,needs_review --limit 20\n' +
+        '  $ reckon jobs list --text refund:order-1234\n' +
+        '  $ reckon jobs list --operation payments.refund --before <id from the previous page>',
     );
   addStoreOption(list);
-  addJsonOption(list, 'print the jobs as a JSON array');
+  addJsonOption(list, 'print { jobs, nextBefore, scanStopped } as JSON, as GET /api/jobs does');
   list.action(async (flags: ListFlags) => {
-    const rows = await withQueue(flags.store, { mustExist: true }, (q) =>
-      q.jobs({
-        ...(flags.state ? { state: flags.state } : {}),
-        ...(flags.queue ? { queue: flags.queue } : {}),
-        ...(flags.operation ? { operation: flags.operation } : {}),
-        ...(flags.run ? { runId: flags.run } : {}),
-        limit: flags.limit,
-        ...(flags.before ? { beforeId: flags.before } : {}),
-      }),
+    const page = await withQueue(flags.store, { mustExist: true }, (q) =>
+      q.search(searchQuery(flags)),
     );
-    if (flags.json) return printJson(rows);
-    if (rows.length === 0) return println('no jobs match');
+    if (flags.json)
+      return printJson({
+        jobs: page.jobs,
+        nextBefore: page.nextBeforeId,
+        scanStopped: page.scanStopped,
+      });
+    printPage(page, flags.scanRows);
+  });
+}
+
+function searchQuery(flags: ListFlags): JobSearchQuery {
+  return {
+    ...(flags.state ? { state: flags.state } : {}),
+    ...(flags.queue ? { queue: flags.queue } : {}),
+    ...(flags.operation ? { operation: flags.operation } : {}),
+    ...(flags.run ? { runId: flags.run } : {}),
+    ...(flags.text ? { text: flags.text } : {}),
+    ...(flags.from !== undefined ? { from: flags.from } : {}),
+    ...(flags.to !== undefined ? { to: flags.to } : {}),
+    ...(flags.before ? { before: flags.before } : {}),
+    limit: flags.limit,
+    scanRowsMax: flags.scanRows,
+  };
+}
+
+function printPage(page: JobSearchPage, scanRows: number): void {
+  const rows = page.jobs;
+  if (rows.length > 0)
     println(
       table(
         ['id', 'operation', 'queue', 'state', 'attempts', 'request key', 'created'],
@@ -134,9 +188,15 @@ function registerList(jobs: Command): void {
         ]),
       ),
     );
-    if (rows.length === flags.limit)
-      println(`(first ${rows.length}; next page: --before ${rows.at(-1)!.id})`);
-  });
+  const next = page.nextBeforeId;
+  if (page.scanStopped) {
+    const found = rows.length === 0 ? 'no jobs match' : `${rows.length} matched`;
+    println(
+      `(${found} in the ${scanRows.toLocaleString('en-US')} jobs searched; older jobs were not ` +
+        `searched: go on with --before ${next})`,
+    );
+  } else if (rows.length === 0) println('no jobs match');
+  else if (next !== null) println(`(first ${rows.length}; next page: --before ${next})`);
 }
 
 function printDetail({ job, attempts, events }: JobDetail): void {

@@ -53,12 +53,12 @@ export async function jobList(h: PgHandle, p: JobListParams): Promise<JobRecord[
   };
   if (p.states?.length) where.push(`state = ANY(${param(p.states)}::text[])`);
   if (p.queue !== undefined) where.push(`queue = ${param(p.queue)}`);
-  if (p.operation !== undefined) where.push(`operation = ${param(p.operation)}`);
+  if (p.operation !== undefined) where.push(operationRange(param(p.operation)));
   if (p.runId !== undefined) where.push(`run_id = ${param(p.runId)}`);
   if (p.beforeId !== undefined) where.push(`id < ${param(p.beforeId)}`);
   const sql =
     `${h.sql.jobListBase} ${where.length ? 'WHERE ' + where.join(' AND ') : ''}` +
-    ` ORDER BY id DESC LIMIT ${param(p.limit)}`;
+    ` ORDER BY ${newestOf(p.operation)} LIMIT ${param(p.limit)}`;
   const r = await h.db.run((c) => c.query<JobRow>(sql, args), { reads: true });
   return r.rows.map(jobFromRow);
 }
@@ -94,6 +94,23 @@ export async function statsGet(h: PgHandle): Promise<StoreStats> {
   return statsFromRows({ ...row, byOperation: row.by_operation });
 }
 
+/**
+ * One operation's jobs, written so that PostgreSQL reads them along `jobs_operation` whatever
+ * its statistics say. As a range (`>=` and `<=`, not `=`) the operation is no constant of the
+ * sort, so only that index yields `newestOf(operation)` without sorting every match. With `=`,
+ * the planner walks the primary key backwards and filters, expecting an operation's jobs spread
+ * evenly over time: an operation whose newest jobs are old, or came in a burst, then costs a
+ * read of every job above them (70,000 rows for a list of 50 with 1,000,000 jobs).
+ */
+function operationRange(param: string): string {
+  return `operation >= ${param} AND operation <= ${param}`;
+}
+
+/** Newest first: with an operation (`operationRange`), in the order of `jobs_operation`. */
+function newestOf(operation: string | undefined): string {
+  return operation === undefined ? 'id DESC' : 'operation DESC, id DESC';
+}
+
 /** Numbered parameters ($1, $2, …) in the order they are added. */
 class Params {
   readonly args: unknown[] = [];
@@ -118,6 +135,7 @@ function searchFilters(p: JobSearchParams, params: Params, withStates: boolean):
   if (withStates && p.states?.length) out.push(`state = ANY(${params.add(p.states)}::text[])`);
   if (p.queue !== undefined) out.push(`queue = ${params.add(p.queue)}`);
   if (p.operation !== undefined) out.push(`operation = ${params.add(p.operation)}`);
+  if (p.runId !== undefined) out.push(`run_id = ${params.add(p.runId)}`);
   if (p.text !== undefined) {
     const text = params.add(p.text);
     const like = params.add(likePattern(p.text));
@@ -162,18 +180,19 @@ export async function jobSearch(h: PgHandle, p: JobSearchParams): Promise<JobSea
     // With an operation, the window is that operation's newest jobs (index jobs_operation), so
     // a rare operation is found however old; else the newest jobs of all.
     const scope = (ps: Params) =>
-      p.operation === undefined ? [] : [`operation = ${ps.add(p.operation)}`];
+      p.operation === undefined ? [] : [operationRange(ps.add(p.operation))];
+    const order = newestOf(p.operation);
     const scoped = [...ids, ...scope(params)];
     const scan = params.add(p.scanRowsMax);
     const f = searchFilters(p, params, true);
-    const sql = `SELECT * FROM (${base} ${whereOf(scoped)} ORDER BY id DESC LIMIT ${scan}) w
+    const sql = `SELECT * FROM (${base} ${whereOf(scoped)} ORDER BY ${order} LIMIT ${scan}) w
       ${whereOf(f)} ORDER BY id DESC LIMIT ${params.add(p.limit + 1)}`;
     const found = await jobs(sql, params.args);
     if (found.length > p.limit) return searchPage(p, found, null);
     const windowParams = new Params();
     const windowIds = [...idBounds(p, windowParams), ...scope(windowParams)];
     const windowSql = `SELECT count(*)::int AS n, min(id) AS low FROM (${h.sql.jobIdWindowBase}
-      ${whereOf(windowIds)} ORDER BY id DESC LIMIT ${windowParams.add(p.scanRowsMax)}) w`;
+      ${whereOf(windowIds)} ORDER BY ${order} LIMIT ${windowParams.add(p.scanRowsMax)}) w`;
     const window = (await c.query<{ n: number; low: string | null }>(windowSql, windowParams.args))
       .rows[0]!;
     return searchPage(p, found, { rows: window.n, lowId: window.low });

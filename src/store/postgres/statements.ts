@@ -63,6 +63,19 @@ export function lifecycleStatements(t: Tables) {
     /** $1 lock namespace (int), $2 schema name. Serializes migrations of one schema across processes. */
     migrationLock: `SELECT pg_advisory_xact_lock($1::int, hashtext($2::text))`,
 
+    /**
+     * $1 schema name, $2 rows. True when the jobs table has no planner statistics yet and at
+     * least $2 rows (counted no further): see `analyzeIfNeeded`. The count runs only when the
+     * statistics are missing.
+     */
+    jobsStatisticsMissing: `SELECT CASE
+        WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_stats WHERE schemaname = $1 AND tablename = 'jobs')
+          THEN false
+        ELSE (SELECT count(*) FROM (SELECT 1 FROM ${jobs} LIMIT $2) w) >= $2
+      END AS missing`,
+
+    analyzeJobs: `ANALYZE ${jobs}`,
+
     schemaVersion: `SELECT coalesce(max(version), 0) AS v FROM ${s}.reckon_migrations`,
 
     /** $1 version, $2 name. */

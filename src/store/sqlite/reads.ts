@@ -189,6 +189,10 @@ function searchFilters(p: JobSearchParams, withStates: boolean): Sql {
     out.where.push('operation = ?');
     out.args.push(p.operation);
   }
+  if (p.runId !== undefined) {
+    out.where.push('run_id = ?');
+    out.args.push(p.runId);
+  }
   if (p.text !== undefined) {
     const like = likePattern(p.text);
     out.where.push(

@@ -171,14 +171,20 @@ class SimRun {
     const { s } = this;
     const f = s.faults;
     const slowBudget = s.freezeMsMax - (f.has('freeze') ? this.freezeMsMax() : 0);
+    const slowShare = f.has('versions') ? 0.3 : 0.2;
     return {
       ...HEALTHY,
       drop: f.has('drop') ? 0.1 : 0,
       error: f.has('drop') ? 0.05 : 0,
       refuse: f.has('refuse') ? 0.05 : 0,
       // An older fleet's UNKNOWN is checked at once: requests still in flight then are the test.
-      slow: (f.has('slow') || f.has('versions')) && slowBudget > 100 ? 0.2 : 0,
+      // With `versions`, more requests are slow, and half the slow ones (where the horizon leaves
+      // room) arrive after their attempt timed out: in flight when the older fleet's worker marks
+      // it UNKNOWN and checks at once. Other seeds keep their runs (no extra draw).
+      slow: (f.has('slow') || f.has('versions')) && slowBudget > 100 ? slowShare : 0,
       slowMsMax: Math.max(0, slowBudget),
+      late: f.has('versions') && slowBudget > s.op.timeoutMs ? 0.5 : 0,
+      lateMsMin: s.op.timeoutMs,
       lookupFail: f.has('lookup') ? 0.3 : 0,
       lookupLagMsMax: f.has('lookup') ? Math.floor(s.op.graceMs / 2) : 0,
     };

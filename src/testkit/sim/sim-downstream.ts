@@ -23,6 +23,12 @@ export interface DownstreamRates {
   slow: number;
   latencyMsMax: number;
   slowMsMax: number;
+  /**
+   * Share of the slow requests that arrive late, from `lateMsMin` on (past their attempt's
+   * timeout): still in flight when the sender's attempt is marked UNKNOWN.
+   */
+  late: number;
+  lateMsMin: number;
   /** Share of lookups that fail (inconclusive), and how far a lookup's view lags its writes. */
   lookupFail: number;
   lookupLagMsMax: number;
@@ -39,6 +45,8 @@ export const HEALTHY: DownstreamRates = {
   slow: 0,
   latencyMsMax: 20,
   slowMsMax: 0,
+  late: 0,
+  lateMsMin: 0,
   lookupFail: 0,
   lookupLagMsMax: 0,
   downUntil: 0,
@@ -91,8 +99,13 @@ export class SimDownstream implements EffectLedger {
           world.log(p.proc, `send ${p.key}: connection refused`);
           return void answer(() => reject(connError('ECONNREFUSED', 'connect ECONNREFUSED')));
         }
-        const slow = world.chance(this.rates.slow);
-        const latency = world.int(0, slow ? this.rates.slowMsMax : this.rates.latencyMsMax);
+        const { rates } = this;
+        const slow = world.chance(rates.slow);
+        const late = slow && world.chance(rates.late);
+        const latency = world.int(
+          late ? rates.lateMsMin : 0,
+          slow ? rates.slowMsMax : rates.latencyMsMax,
+        );
         this.inFlight.set(p.key, (this.inFlight.get(p.key) ?? 0) + 1);
         world.log(p.proc, `send ${p.key}${slow ? ` (slow: ${latency} ms)` : ''}`);
         world.schedule(latency, null, 'downstream.arrive', () => {
