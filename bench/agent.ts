@@ -61,6 +61,7 @@ export const agent: Workload = {
       cpuUsPerJob: usage.cpuUs / n,
       // Handlers started again: a lease or lock lost while the job waited, and the job re-run.
       restarts: workers.started - n,
+      peakInFlight: usage.peakInFlight,
     };
     for (const [k, v] of Object.entries(after))
       m[`${k}PerS`] = (v - (before[k] ?? 0)) / (ms / 1000);

@@ -21,6 +21,8 @@ export interface WorkerUsage {
   cpuUs: number;
   /** Bytes the worker process sent to the disk meanwhile (SQLite's writes; 0 for servers). */
   diskBytes: number;
+  /** The most handlers running at once (started and not yet returned). */
+  peakInFlight: number;
 }
 
 export type ToWorker = { work: WorkRequest } | { stop: true };
@@ -55,6 +57,8 @@ function localWorkers(s: BenchSystem): Workers {
   const starts = new Map<number, number>();
   let running: Running | undefined;
   let cpu0 = process.cpuUsage();
+  let inFlight = 0;
+  let peak = 0;
   return {
     get started() {
       return started;
@@ -70,15 +74,17 @@ function localWorkers(s: BenchSystem): Workers {
         ...(w.leaseMs !== undefined ? { leaseMs: w.leaseMs } : {}),
         onStart: (p) => {
           started++;
+          peak = Math.max(peak, ++inFlight);
           if (w.starts) starts.set(p.seq, hostMs());
         },
+        onEnd: () => void inFlight--,
         onDone: () => void done++,
       });
     },
     async stop() {
       const cpu = process.cpuUsage(cpu0);
       await running?.stop();
-      return { cpuUs: cpu.user + cpu.system, diskBytes: 0 };
+      return { cpuUs: cpu.user + cpu.system, diskBytes: 0, peakInFlight: peak };
     },
   };
 }

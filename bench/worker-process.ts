@@ -32,6 +32,8 @@ await s.attach(target);
 
 let started = 0;
 let done = 0;
+let handling = 0;
+let peak = 0;
 let starts: [number, number][] = [];
 let reported = '';
 let running: Running | undefined;
@@ -55,8 +57,10 @@ async function begin(w: WorkRequest): Promise<void> {
     ...(w.leaseMs !== undefined ? { leaseMs: w.leaseMs } : {}),
     onStart: (p) => {
       started++;
+      peak = Math.max(peak, ++handling);
       if (w.starts) starts.push([p.seq, hostMs()]);
     },
+    onEnd: () => void handling--,
     onDone: () => void done++,
   });
 }
@@ -68,7 +72,9 @@ async function end(): Promise<void> {
   clearInterval(timer);
   flush();
   await s.close();
-  send({ stopped: { cpuUs: cpu.user + cpu.system, diskBytes } }, () => process.exit(0));
+  send({ stopped: { cpuUs: cpu.user + cpu.system, diskBytes, peakInFlight: peak } }, () =>
+    process.exit(0),
+  );
 }
 
 process.on('message', (m: ToWorker) => {

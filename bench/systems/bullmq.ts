@@ -102,6 +102,7 @@ export class BullMqSystem implements BenchSystem {
       async (job) => {
         o.onStart(job.data);
         if (job.data.waitMs) await sleep(job.data.waitMs);
+        o.onEnd?.(job.data);
       },
       {
         connection: this.connection,

@@ -113,6 +113,7 @@ export class DbosSystem implements BenchSystem {
           async () => {
             o.onStart(p);
             if (p.waitMs) await sleep(p.waitMs);
+            o.onEnd?.(p);
           },
           { name: 'noop' },
         );

@@ -183,6 +183,7 @@ export class GraphileSystem implements BenchSystem {
           const p = payload as Payload;
           o.onStart(p);
           if (p.waitMs) await sleep(p.waitMs);
+          o.onEnd?.(p);
         },
       },
     });

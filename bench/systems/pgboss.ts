@@ -144,6 +144,7 @@ export class PgBossSystem implements BenchSystem {
         for (const j of jobs) o.onStart(j.data);
         const waits = jobs.filter((j) => j.data.waitMs).map((j) => sleep(j.data.waitMs!));
         if (waits.length > 0) await Promise.all(waits);
+        for (const j of jobs) o.onEnd?.(j.data);
       },
     );
     return { stop: () => this.b.offWork(QUEUE, { id, wait: true }) };

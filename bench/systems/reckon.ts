@@ -28,6 +28,7 @@ export const benchOp = defineOperation({
     return ctx.dispatch(async () => {
       handlers.onStart?.(input);
       if (input.waitMs) await sleep(input.waitMs);
+      handlers.onEnd?.(input);
       return null;
     });
   },
@@ -37,7 +38,7 @@ export const benchOp = defineOperation({
 export const BENCH_PREFETCH = 100;
 
 /** The operation is module-level (as users define them); the current run's hooks live here. */
-const handlers: { onStart?: (p: Payload) => void } = {};
+const handlers: { onStart?: (p: Payload) => void; onEnd?: (p: Payload) => void } = {};
 
 export class ReckonSystem implements BenchSystem {
   readonly family = 'reckon' as const;
@@ -261,6 +262,7 @@ FROM g, ${s}.events e WHERE e.job_id = $1`;
 
   async work(o: WorkOptions): Promise<Running> {
     handlers.onStart = o.onStart;
+    handlers.onEnd = o.onEnd;
     const worker = this.queue.worker({
       operations: [benchOp],
       concurrency: o.concurrency,
@@ -281,6 +283,7 @@ FROM g, ${s}.events e WHERE e.job_id = $1`;
       stop: async () => {
         await worker.stop();
         handlers.onStart = undefined;
+        handlers.onEnd = undefined;
       },
     };
   }

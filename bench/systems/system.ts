@@ -21,6 +21,8 @@ export interface WorkOptions {
   concurrency: number;
   /** Called when a job's handler starts (the no-op job itself). */
   onStart: (p: Payload) => void;
+  /** Called when a job's handler returns (before its completion is recorded). */
+  onEnd?: (p: Payload) => void;
   /** Called when a job's completion is durable, where the system can tell us. */
   onDone?: (p: Payload) => void;
   /**
