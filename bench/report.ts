@@ -127,9 +127,9 @@ function agentTable(): void {
   );
   out.push('');
   out.push(
-    '| system | completion s | ideal s | × ideal | restarts | CPU µs/job | store writes/s |',
+    '| system | completion s | ideal s | × ideal | peak in flight | restarts | CPU µs/job | store writes/s |',
   );
-  out.push('|---|---:|---:|---:|---:|---:|---|');
+  out.push('|---|---:|---:|---:|---:|---:|---:|---|');
   for (const sys of systems) {
     const m = a[sys];
     if (!m) continue;
@@ -140,7 +140,8 @@ function agentTable(): void {
       m.diskKBPerS !== undefined ? `${fmt(m.diskKBPerS)} KB` : '',
     ].filter((x) => x !== '');
     out.push(
-      `| ${sys} | ${fmt(m.value)} | ${fmt(m.idealS)} | ${fmt(m.overIdeal)} | ${fmt(m.restarts)} | ` +
+      `| ${sys} | ${fmt(m.value)} | ${fmt(m.idealS)} | ${fmt(m.overIdeal)} | ${fmt(m.peakInFlight)} | ` +
+        `${fmt(m.restarts)} | ` +
         `${fmt(m.cpuUsPerJob)} | ${writes.join(', ')} |`,
     );
   }
