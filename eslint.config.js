@@ -3,11 +3,16 @@ import js from '@eslint/js';
 import { existsSync } from 'node:fs';
 import tseslint from 'typescript-eslint';
 
-// The bench's peer adapters import pg-boss, graphile-worker and BullMQ, which only bench/'s own
-// install provides (npm run bench installs it): without it (CI) they are left out, not misread.
+// The bench's peer adapters import pg-boss, graphile-worker, BullMQ and DBOS, which only bench/'s
+// own install provides (npm run bench installs it): without it (CI) they are left out, not misread.
 const benchPeers = existsSync(`${import.meta.dirname}/bench/node_modules/pg-boss`)
   ? []
-  : ['bench/systems/pgboss.ts', 'bench/systems/graphile.ts', 'bench/systems/bullmq.ts'];
+  : [
+      'bench/systems/pgboss.ts',
+      'bench/systems/graphile.ts',
+      'bench/systems/bullmq.ts',
+      'bench/systems/dbos.ts',
+    ];
 
 export default tseslint.config(
   { ignores: ['dist/**', '**/node_modules/**', 'coverage/**', ...benchPeers] },

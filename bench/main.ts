@@ -1,21 +1,26 @@
 /**
  * `npm run bench`: reckon (SQLite and PostgreSQL stores, full journal) against pg-boss,
- * graphile-worker and BullMQ on the same workloads, interleaved round by round, each run on a
- * fresh database. Prints medians and reckon's ratio to each peer.
+ * graphile-worker, BullMQ and DBOS on the same workloads, interleaved round by round, each run on
+ * a fresh database. Prints medians and reckon's ratio to each peer.
  *
  *   npm run bench -- [--quick] [--json] [--out file.json] [--rounds N]
- *                    [--systems reckon-sqlite,reckon-pg,pg-boss,graphile-worker,bullmq]
+ *                    [--systems reckon-sqlite,reckon-pg,pg-boss,graphile-worker,bullmq,dbos]
  *                    [--workloads enqueue-1by1,enqueue-32,…] [--enqueue-jobs N]
  *                    [--process-jobs N] [--latency-jobs N]
  *                    [--claim-waiting N] [--claim-waiting-small N] [--claim-samples N]
- *                    [--memory-waiting N] [--memory-ms N]
+ *                    [--memory-waiting N] [--memory-ms N] [--agent-jobs N]
+ *                    [--agent-concurrency N] [--in-process]
+ *   npm run bench -- --trace [--systems reckon-pg,reckon-sqlite] [--trace-jobs N]
+ *                    [--trace-concurrency C]
  *
  * Loopback only: PostgreSQL at 127.0.0.1:5432 (user postgres), Redis at 127.0.0.1:6379 db 9.
  * The peers are bench/'s own package (bench/package.json), installed the first time a run
  * asks for one; reckon is imported from the repository's src.
  */
+import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
+import { fileURLToPath } from 'node:url';
 import { describeHost, HOST_SIZES, measureHost } from './host.js';
 import { dropLeftoverDatabases, median, tolerateTeardownTermination } from './lib.js';
 import { loadSystems, PeerInstallError, SYSTEM_NAMES } from './systems/all.js';
@@ -45,6 +50,15 @@ Options:
   --claim-samples N       timed claims per claim run (default 1000)
   --memory-waiting N      jobs waiting in memory-1m (default 1000000)
   --memory-ms N           how long the memory-1m worker runs before it is measured (default 5000)
+  --agent-jobs N          jobs per agent-1000 run, each waiting 1-5 s (default 5000)
+  --agent-concurrency N   jobs in flight in agent-1000 (default 1000)
+  --in-process            run the processing workloads' workers in the bench's own process
+                          (by default each system's worker is a process of its own)
+  --trace                 instead of the workloads: what one reckon job writes, per phase
+                          (PostgreSQL: rows, index entries, WAL records and bytes; SQLite: pages
+                          per commit and per job), for the stores --systems names
+  --trace-jobs N          jobs traced (default 2000)
+  --trace-concurrency C   the traced worker's concurrency (default 50)
   -h, --help              this text
 `;
 
@@ -67,6 +81,12 @@ interface Args {
   claimSamples?: number;
   memoryWaiting?: number;
   memoryMs?: number;
+  agentJobs?: number;
+  agentConcurrency?: number;
+  inProcess?: boolean;
+  trace?: boolean;
+  traceJobs?: number;
+  traceConcurrency?: number;
 }
 
 function parseArgs(argv: string[]): Args {
@@ -95,6 +115,12 @@ function parseArgs(argv: string[]): Args {
     else if (name === '--claim-samples') a.claimSamples = int();
     else if (name === '--memory-waiting') a.memoryWaiting = int();
     else if (name === '--memory-ms') a.memoryMs = int();
+    else if (name === '--agent-jobs') a.agentJobs = int();
+    else if (name === '--agent-concurrency') a.agentConcurrency = int();
+    else if (name === '--in-process') a.inProcess = true;
+    else if (name === '--trace') a.trace = true;
+    else if (name === '--trace-jobs') a.traceJobs = int();
+    else if (name === '--trace-concurrency') a.traceConcurrency = int();
     else throw new UsageError(`unknown flag ${flag} (npm run bench -- --help lists them)`);
   }
   return a;
@@ -123,11 +149,17 @@ async function main(): Promise<void> {
     memoryWaiting: args.memoryWaiting ?? (args.quick ? 50_000 : 1_000_000),
     memoryMs: args.memoryMs ?? (args.quick ? 2_000 : 5_000),
     callJobs: 1_000,
+    inProcess: args.inProcess ?? false,
+    agentJobs: args.agentJobs ?? (args.quick ? 2_000 : 5_000),
+    agentConcurrency: args.agentConcurrency ?? 1_000,
+    agentLeaseMs: 1_000,
+    agentWaitMs: [1_000, 5_000],
   };
   const rounds = args.rounds ?? (args.quick ? 1 : 3);
   const systemNames = args.systems ?? SYSTEM_NAMES;
   for (const n of systemNames)
     if (!SYSTEM_NAMES.includes(n)) throw new UsageError(`unknown system ${n}`);
+  if (args.trace) return trace(args, systemNames);
   for (const n of args.workloads ?? [])
     if (!WORKLOADS.some((w) => w.name === n)) throw new UsageError(`unknown workload ${n}`);
   const workloads = WORKLOADS.filter((w) => !args.workloads || args.workloads.includes(w.name));
@@ -201,7 +233,36 @@ function fmt(m: Metrics): string {
     .join(' ');
 }
 
-const LOWER_IS_BETTER = (workload: string) => /^(latency|claim|memory|call)/.test(workload);
+const LOWER_IS_BETTER = (workload: string) => /^(latency|claim|memory|call|agent)/.test(workload);
+
+/**
+ * --trace: bench/trace.ts for each reckon store named, each in a process of its own (it reads
+ * its own CPU time, and takes another checkout's reckon with --src when run by hand).
+ */
+function trace(args: Args, systemNames: readonly string[]): void {
+  const stores = systemNames.filter((n) => n.startsWith('reckon-'));
+  if (stores.length === 0)
+    throw new UsageError('--trace traces reckon: name reckon-pg or reckon-sqlite');
+  const script = fileURLToPath(new URL('./trace.ts', import.meta.url));
+  for (const name of stores) {
+    const store = name === 'reckon-pg' ? 'postgres' : 'sqlite';
+    const jobs = String(args.traceJobs ?? (args.quick ? 500 : 2_000));
+    const concurrency = String(args.traceConcurrency ?? 50);
+    const argv = [
+      '--import',
+      'tsx',
+      script,
+      '--store',
+      store,
+      '--jobs',
+      jobs,
+      '--concurrency',
+      concurrency,
+    ];
+    process.stdout.write(`\n== ${name}\n`);
+    execFileSync(process.execPath, argv, { stdio: 'inherit' });
+  }
+}
 
 function summarize(results: Results, workloads: { name: string }[]) {
   const medians: Record<string, Record<string, Metrics>> = {};

@@ -19,7 +19,7 @@ interface Report {
 }
 
 const r = JSON.parse(readFileSync(process.argv[2]!, 'utf8')) as Report;
-const systems = ['reckon-sqlite', 'reckon-pg', 'pg-boss', 'graphile-worker', 'bullmq'];
+const systems = ['reckon-sqlite', 'reckon-pg', 'pg-boss', 'graphile-worker', 'bullmq', 'dbos'];
 const fmt = (v: number | undefined) =>
   v === undefined || Number.isNaN(v)
     ? '—'
@@ -44,6 +44,7 @@ for (const [w, bySys] of Object.entries(r.medians)) {
     if (!m) return '—';
     if (w.startsWith('claim')) return `${fmt(m.p50)} / ${fmt(m.p99)}`;
     if (w.startsWith('memory')) return `${fmt(m.rssMB)} (heap ${fmt(m.heapUsedMB)})`;
+    if (w.startsWith('agent')) return `${fmt(m.value)} s (${fmt(m.overIdeal)}× ideal)`;
     if (w.startsWith('latency'))
       return (
         `${fmt(m.pickupP50)} / ${fmt(m.pickupP99)}` +
@@ -55,9 +56,11 @@ for (const [w, bySys] of Object.entries(r.medians)) {
 }
 out.push('');
 out.push(
-  'Latency and claim cells: p50 / p99 in ms; memory: worker RSS in MB (V8 heap used in MB).',
+  'Latency and claim cells: p50 / p99 in ms; memory: worker RSS in MB (V8 heap used in MB); ' +
+    'agent: completion time (÷ the ideal).',
 );
 out.push('');
+agentTable();
 const scaling = Object.entries(r.claimScaling ?? {});
 if (scaling.length > 0) {
   out.push('Claim latency, 1M waiting ÷ 10k waiting (target for reckon: ≤ 1.25×):');
@@ -86,7 +89,7 @@ out.push('');
 // Mermaid xychart bars overlap rather than group, so each chart has one series: reckon's ratio
 // to the fastest peer it is compared with (all peers for SQLite; PostgreSQL peers for reckon-pg).
 const tp = Object.keys(r.medians).filter((w) => /^(enqueue|process)/.test(w));
-const PG_PEERS = ['pg-boss', 'graphile-worker'];
+const PG_PEERS = ['pg-boss', 'graphile-worker', 'dbos'];
 for (const [rs, against] of tp.length === 0
   ? []
   : ([
@@ -111,3 +114,36 @@ for (const [rs, against] of tp.length === 0
   out.push('');
 }
 console.log(out.join('\n'));
+
+/** The agent workload's own table: time against the ideal, CPU per job, the store's writes. */
+function agentTable(): void {
+  const a = r.medians['agent-1000'];
+  if (!a) return;
+  out.push(
+    'agent-1000: completion against the ideal (total wait ÷ concurrency), handlers started ' +
+      "again (a lease lost), the worker process's CPU per job, and the store's writes per second (PostgreSQL: commits, read-only " +
+      "ones included, and rows written in the run's database; Redis: commands; SQLite: KB the " +
+      'worker process wrote to disk):',
+  );
+  out.push('');
+  out.push(
+    '| system | completion s | ideal s | × ideal | peak in flight | restarts | CPU µs/job | store writes/s |',
+  );
+  out.push('|---|---:|---:|---:|---:|---:|---:|---|');
+  for (const sys of systems) {
+    const m = a[sys];
+    if (!m) continue;
+    const writes = [
+      m.commitsPerS !== undefined ? `${fmt(m.commitsPerS)} commits` : '',
+      m.rowWritesPerS !== undefined ? `${fmt(m.rowWritesPerS)} rows` : '',
+      m.redisCommandsPerS !== undefined ? `${fmt(m.redisCommandsPerS)} commands` : '',
+      m.diskKBPerS !== undefined ? `${fmt(m.diskKBPerS)} KB` : '',
+    ].filter((x) => x !== '');
+    out.push(
+      `| ${sys} | ${fmt(m.value)} | ${fmt(m.idealS)} | ${fmt(m.overIdeal)} | ${fmt(m.peakInFlight)} | ` +
+        `${fmt(m.restarts)} | ` +
+        `${fmt(m.cpuUsPerJob)} | ${writes.join(', ')} |`,
+    );
+  }
+  out.push('');
+}

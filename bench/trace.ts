@@ -1,13 +1,15 @@
 /**
- * `npx tsx bench/trace.ts [--store postgres|sqlite] [--jobs N] [--concurrency C] [--src DIR]`:
- * what a job writes. SQLite: pages written to the WAL per commit and per job, commits per job,
- * and this process's CPU per job, per phase (a reader holds its snapshot through the run, so the
- * WAL only grows: its growth is the frames written). PostgreSQL: what a job writes read from the WAL itself (pg_walinspect): per phase (enqueue, then processing:
- * claim, marker, outcome), the WAL records and bytes per job that touch this run's database
- * (records without a block, such as commits, counted when their transaction wrote here), by
- * resource manager and record type, and heap and index writes per relation. The server is
- * shared, so only records of this run's database are counted. `--src` runs another checkout's
- * reckon (its `src` directory), for a base/new comparison.
+ * `npx tsx bench/trace.ts [--store postgres|sqlite] [--jobs N] [--concurrency C] [--src DIR]`,
+ * or `npm run bench -- --trace` for both stores: what a job writes. SQLite: pages written to
+ * the WAL per commit and per job, commits per job, and this process's CPU per job, per phase (a
+ * reader holds its snapshot through the run, so the WAL only grows: its growth is the frames
+ * written). PostgreSQL: what a job writes read from the WAL itself (pg_walinspect): per phase
+ * (enqueue, then processing: claim, marker, outcome), the WAL records and bytes per job that
+ * touch this run's database (records without a block, such as commits, counted when their
+ * transaction wrote here), the rows (inserted, updated, HOT, deleted, locked) and index entries
+ * per job, and the records by resource manager, record type and relation. The server is shared,
+ * so only records of this run's database are counted. `--src` runs another checkout's reckon
+ * (its `src` directory), for a base/new comparison.
  */
 import Database from 'better-sqlite3';
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
@@ -22,6 +24,31 @@ interface WalRow {
   record_type: string;
   record_length: number;
   block_ref: string | null;
+  description: string | null;
+}
+
+/**
+ * Rows and index entries written, from the WAL records' types: heap inserts (a multi-insert
+ * counts its tuples), updates (HOT or not), deletes and row locks; B-tree leaf insertions
+ * (posting-list ones included) are index entries.
+ */
+function rowsOf(rs: WalRow[]) {
+  const c = { inserts: 0, updates: 0, hot: 0, deletes: 0, locks: 0, indexEntries: 0 };
+  for (const r of rs) {
+    const t = r.record_type.replace(/\+INIT$/, '');
+    if (r.resource_manager === 'Heap2' && t === 'MULTI_INSERT')
+      c.inserts += Number(/ntuples: (\d+)/.exec(r.description ?? '')?.[1] ?? 1);
+    if (r.resource_manager !== 'Heap' && r.resource_manager !== 'Btree') continue;
+    if (t === 'INSERT') c.inserts++;
+    else if (t === 'UPDATE') c.updates++;
+    else if (t === 'HOT_UPDATE') {
+      c.updates++;
+      c.hot++;
+    } else if (t === 'DELETE') c.deletes++;
+    else if (t === 'LOCK') c.locks++;
+    else if (t === 'INSERT_LEAF' || t === 'INSERT_POST') c.indexEntries++;
+  }
+  return c;
 }
 
 function argOf(name: string, fallback: string): string {
@@ -126,7 +153,7 @@ try {
   const phase = async (name: string, from: string, to: string) => {
     const rows = (
       await admin.query<WalRow>(
-        `SELECT xid::text, resource_manager, record_type, record_length, block_ref
+        `SELECT xid::text, resource_manager, record_type, record_length, block_ref, description
          FROM pg_get_wal_records_info($1, $2)`,
         [from, to],
       )
@@ -147,6 +174,13 @@ try {
     const bytes = counted.reduce((s, r) => s + r.record_length, 0);
     console.log(
       `\n${name}: ${(counted.length / jobs).toFixed(2)} WAL records and ${(bytes / jobs / 1024).toFixed(2)} KB a job`,
+    );
+    const w = rowsOf(counted);
+    const per = (x: number) => (x / jobs).toFixed(2);
+    console.log(
+      `  rows a job ${per(w.inserts + w.updates + w.deletes)} (${per(w.inserts)} inserted, ` +
+        `${per(w.updates)} updated of which ${per(w.hot)} HOT, ${per(w.deletes)} deleted), ` +
+        `${per(w.locks)} row locks, ${per(w.indexEntries)} index entries`,
     );
     for (const [k, e] of [...byKind].sort((a, b) => b[1].bytes - a[1].bytes).slice(0, 14))
       console.log(

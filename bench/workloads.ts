@@ -4,7 +4,9 @@
  */
 import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { agent } from './agent.js';
 import { inFlight, percentile, sleep, waitUntil, hostMs } from './lib.js';
+import { readyWorkers } from './remote-worker.js';
 import { benchOp, type ReckonSystem } from './systems/reckon.js';
 import type { BenchSystem, Payload } from './systems/system.js';
 
@@ -24,6 +26,16 @@ export interface Sizes {
   memoryMs: number;
   /** Concurrent callers in call-1000. */
   callJobs: number;
+  /**
+   * The processing workloads' workers in the bench's own process (as before issue #29), not in
+   * a worker process of their own.
+   */
+  inProcess: boolean;
+  /** agent-1000: jobs, jobs in flight, the lease, and the range of each job's wait (ms). */
+  agentJobs: number;
+  agentConcurrency: number;
+  agentLeaseMs: number;
+  agentWaitMs: [number, number];
 }
 
 export type Metrics = Record<string, number>;
@@ -102,26 +114,23 @@ function processing(concurrency: number, keyed = false): Workload {
       if (keyed) (s as ReckonSystem).keyed = true;
       const n = z.processJobs;
       await enqueueBatches(s, n);
-      let started = 0;
-      let done = 0;
+      // The producer (this process) has enqueued; the workers are another process, attached and
+      // idle until told to start.
+      const workers = await readyWorkers(s, z.inProcess);
       const t0 = performance.now();
-      const running = await s.work({
-        concurrency,
-        onStart: () => void started++,
-        onDone: () => void done++,
-      });
+      await workers.start({ concurrency, ...(keyed ? { keyed } : {}) });
       // Durable completions: counted from the system's own event where it has one, else
       // polled from the database once every handler has run.
-      await waitUntil(() => started >= n, 600_000, `${s.name} to start ${n} jobs`);
+      await waitUntil(() => workers.started >= n, 600_000, `${s.name} to start ${n} jobs`);
       await waitUntil(
-        async () => done >= n || (await s.pending()) === 0,
+        async () => workers.done >= n || (await s.pending()) === 0,
         120_000,
         `${s.name} to complete ${n} jobs`,
         10,
       );
       const ms = performance.now() - t0;
-      await running.stop();
-      return { value: rate(n, ms) };
+      const usage = await workers.stop();
+      return { value: rate(n, ms), cpuUsPerJob: usage.cpuUs / n };
     },
   };
 }
@@ -198,35 +207,17 @@ const latency: Workload = {
   },
 };
 
-/** SQLite: the producer and the worker are separate processes sharing the file. */
+/** The same, with the system's worker in a process of its own (the producer is this one). */
 const latencyCrossProcess: Workload = {
   name: 'latency-200ps-xproc',
   unit: 'ms (pickup p50)',
-  only: (s) => s.name === 'reckon-sqlite',
   async run(s, z) {
-    const r = s as ReckonSystem;
-    const starts = new Map<number, number>();
-    const child = fork(
-      fileURLToPath(new URL('./child-worker.ts', import.meta.url)),
-      [r.storeUrl, '10'],
-      { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] },
-    );
-    let ready = false;
-    let stopped = false;
-    child.on(
-      'message',
-      (m: { ready?: boolean; stopped?: boolean; starts?: [number, number][] }) => {
-        if (m.ready) ready = true;
-        if (m.stopped) stopped = true;
-        for (const [seq, t] of m.starts ?? []) starts.set(seq, t);
-      },
-    );
-    await waitUntil(() => ready, 30_000, 'the worker process to start');
+    const workers = await readyWorkers(s, false);
+    await workers.start({ concurrency: 10, starts: true });
     await sleep(200);
-    const { sent } = await steadyLatency(s, z, starts, new Map());
-    child.send({ stop: true });
-    await waitUntil(() => stopped, 60_000, 'the worker process to stop');
-    return latencyMetrics(sent, starts, new Map());
+    const { sent } = await steadyLatency(s, z, workers.starts, new Map());
+    await workers.stop();
+    return latencyMetrics(sent, workers.starts, new Map());
   },
 };
 
@@ -241,6 +232,7 @@ function claimLatency(name: string, waiting: (z: Sizes) => number): Workload {
     name,
     firstRoundOnly: true,
     unit: 'ms (claim p50)',
+    only: (s) => !s.noBulkLoad,
     async run(s, z) {
       const n = waiting(z);
       const t0 = performance.now();
@@ -282,6 +274,7 @@ const memory: Workload = {
   name: 'memory-1m',
   firstRoundOnly: true,
   unit: 'MB (worker RSS)',
+  only: (s) => !s.noBulkLoad,
   async run(s, z) {
     await s.bulkLoad(z.memoryWaiting);
     const child = fork(
@@ -369,4 +362,5 @@ export const WORKLOADS: Workload[] = [
   claimLatency('claim-1m', (z) => z.claimWaitingLarge),
   memory,
   callWaiters,
+  agent,
 ];

@@ -19,6 +19,7 @@ const PEERS: Record<string, string> = {
   'pg-boss': 'pgboss.js',
   'graphile-worker': 'graphile.js',
   bullmq: 'bullmq.js',
+  dbos: 'dbos.js',
 };
 
 export const SYSTEM_NAMES: readonly string[] = [...Object.keys(RECKON), ...Object.keys(PEERS)];

@@ -5,7 +5,7 @@
 import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import { randomBytes } from 'node:crypto';
-import { inFlight, REDIS_HOST, REDIS_PORT } from '../lib.js';
+import { inFlight, REDIS_HOST, REDIS_PORT, sleep } from '../lib.js';
 import type { BenchSystem, Claimer, Payload, Running, WorkOptions } from './system.js';
 
 /** Redis db 9 is the bench's own; each run uses a fresh queue name and obliterates it after. */
@@ -95,26 +95,53 @@ export class BullMqSystem implements BenchSystem {
     };
   }
 
+  /** `leaseMs` is BullMQ's lockDuration: each job's lock is renewed at half of it. */
   async work(o: WorkOptions): Promise<Running> {
     const worker = new Worker<Payload>(
       this.name_,
-      (job) => {
+      async (job) => {
         o.onStart(job.data);
-        return Promise.resolve();
+        if (job.data.waitMs) await sleep(job.data.waitMs);
+        o.onEnd?.(job.data);
       },
-      { connection: this.connection, concurrency: o.concurrency },
+      {
+        connection: this.connection,
+        concurrency: o.concurrency,
+        ...(o.leaseMs !== undefined ? { lockDuration: o.leaseMs } : {}),
+      },
     );
     if (o.onDone) {
       const onDone = o.onDone;
       worker.on('completed', (job) => onDone(job.data));
     }
+    // A lock lost under load (agent-1000's 1 s locks) is an error per job: said once, counted.
+    const errors: string[] = [];
+    worker.on('error', (err) => errors.push(err.message));
     await worker.waitUntilReady();
-    return { stop: () => worker.close() };
+    return {
+      stop: async () => {
+        await worker.close();
+        if (errors.length > 0)
+          process.stderr.write(`bullmq: ${errors.length} worker errors, the first: ${errors[0]}\n`);
+      },
+    };
   }
 
   async pending(): Promise<number> {
     const c = await this.q.getJobCounts('wait', 'active', 'delayed', 'prioritized');
     return Object.values(c).reduce((a, b) => a + b, 0);
+  }
+
+  /** Redis's commands processed (INFO stats), the whole server's: the bench is its only user. */
+  async writeCounters(): Promise<Record<string, number>> {
+    const client = new Redis(this.connection);
+    try {
+      const info = await client.info('stats');
+      const m = /^total_commands_processed:(\d+)/m.exec(info);
+      return { redisCommands: Number(m?.[1] ?? 0) };
+    } finally {
+      await client.quit();
+    }
   }
 }
 

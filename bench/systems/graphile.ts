@@ -4,7 +4,15 @@
  */
 import { Logger, makeWorkerUtils, run, type Runner, type WorkerUtils } from 'graphile-worker';
 import pg from 'pg';
-import { copyLists, createDatabase, dropDatabase, inChunks, pgUrl } from '../lib.js';
+import {
+  copyLists,
+  createDatabase,
+  dropDatabase,
+  inChunks,
+  pgUrl,
+  pgWriteCounters,
+  sleep,
+} from '../lib.js';
 import type { BenchSystem, Claimer, Payload, Running, WorkOptions } from './system.js';
 
 const TASK = 'bench_noop';
@@ -80,6 +88,10 @@ export class GraphileSystem implements BenchSystem {
     return this.db ?? '';
   }
 
+  get database(): string | undefined {
+    return this.db;
+  }
+
   async close(): Promise<void> {
     await this.probe?.end();
     await this.utils?.release();
@@ -145,11 +157,17 @@ export class GraphileSystem implements BenchSystem {
     };
   }
 
+  /**
+   * graphile-worker has no lease to renew (`leaseMs` is not used): a job's lock lasts 4 hours,
+   * after which another worker may take it again.
+   */
   async work(o: WorkOptions): Promise<Running> {
     const runner: Runner = await run({
       connectionString: pgUrl(this.db!),
       concurrency: o.concurrency,
-      maxPoolSize: o.concurrency + 2,
+      // A connection is needed to take or complete jobs, not to run one: the agent workload's
+      // 1,000 jobs in flight share 52, as the server is shared.
+      maxPoolSize: Math.min(o.concurrency + 2, 52),
       noHandleSignals: true,
       pollInterval: 2_000,
       logger: quietLogger,
@@ -161,9 +179,11 @@ export class GraphileSystem implements BenchSystem {
         },
       },
       taskList: {
-        [TASK]: (payload) => {
-          o.onStart(payload as Payload);
-          return Promise.resolve();
+        [TASK]: async (payload) => {
+          const p = payload as Payload;
+          o.onStart(p);
+          if (p.waitMs) await sleep(p.waitMs);
+          o.onEnd?.(p);
         },
       },
     });
@@ -175,6 +195,10 @@ export class GraphileSystem implements BenchSystem {
       'SELECT count(*) AS n FROM graphile_worker._private_jobs',
     );
     return Number(r.rows[0]!.n);
+  }
+
+  writeCounters(): Promise<Record<string, number>> {
+    return pgWriteCounters(this.db!);
   }
 }
 

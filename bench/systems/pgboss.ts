@@ -4,11 +4,22 @@
  */
 import { PgBoss } from 'pg-boss';
 import pg from 'pg';
-import { copyLists, createDatabase, dropDatabase, inChunks, pgUrl, quoteIdent } from '../lib.js';
+import {
+  copyLists,
+  createDatabase,
+  dropDatabase,
+  inChunks,
+  pgUrl,
+  pgWriteCounters,
+  quoteIdent,
+  sleep,
+} from '../lib.js';
 import type { BenchSystem, Claimer, Payload, Running, WorkOptions } from './system.js';
 
 const QUEUE = 'bench';
 const BATCH = 100;
+/** pg-boss's smallest heartbeat (it refuses less than 10 s); the worker renews every second. */
+const HEARTBEAT_S = 10;
 
 export class PgBossSystem implements BenchSystem {
   readonly name = 'pg-boss';
@@ -31,6 +42,10 @@ export class PgBossSystem implements BenchSystem {
 
   get target(): string {
     return this.db ?? '';
+  }
+
+  get database(): string | undefined {
+    return this.db;
   }
 
   private async connect(db: string): Promise<void> {
@@ -69,7 +84,8 @@ export class PgBossSystem implements BenchSystem {
   async enqueueMany(ps: Payload[]): Promise<void> {
     await this.b.insert(
       QUEUE,
-      ps.map((data) => ({ data })),
+      // Jobs that wait (the agent workload) carry a heartbeat, set when a job is inserted.
+      ps.map((data) => (data.waitMs ? { data, heartbeatSeconds: HEARTBEAT_S } : { data })),
     );
   }
 
@@ -110,19 +126,25 @@ export class PgBossSystem implements BenchSystem {
   }
 
   async work(o: WorkOptions): Promise<Running> {
-    // pg-boss concurrency is the number of fetch loops; each handles a batch of up to 100.
+    // pg-boss concurrency is the number of fetch loops; each handles a batch of up to 100. Jobs
+    // that wait (leaseMs set) take one job a loop, so that `concurrency` jobs are in flight and
+    // none waits for the slowest of its batch.
+    const waiting = o.leaseMs !== undefined;
     const id = await this.b.work<Payload>(
       QUEUE,
       {
-        batchSize: BATCH,
+        batchSize: waiting ? 1 : BATCH,
         localConcurrency: o.concurrency,
         pollingIntervalSeconds: 0.5,
         notifyPollingIntervalSeconds: 30,
         burstWhenBatchFull: true,
+        ...(waiting ? { heartbeatRefreshSeconds: Math.max(1, o.leaseMs! / 2000) } : {}),
       },
-      (jobs) => {
+      async (jobs) => {
         for (const j of jobs) o.onStart(j.data);
-        return Promise.resolve();
+        const waits = jobs.filter((j) => j.data.waitMs).map((j) => sleep(j.data.waitMs!));
+        if (waits.length > 0) await Promise.all(waits);
+        for (const j of jobs) o.onEnd?.(j.data);
       },
     );
     return { stop: () => this.b.offWork(QUEUE, { id, wait: true }) };
@@ -134,6 +156,10 @@ export class PgBossSystem implements BenchSystem {
       [QUEUE],
     );
     return Number(r.rows[0]!.n);
+  }
+
+  writeCounters(): Promise<Record<string, number>> {
+    return pgWriteCounters(this.db!);
   }
 }
 

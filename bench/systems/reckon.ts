@@ -10,15 +10,26 @@ import pg from 'pg';
 import { v7 as uuidv7 } from 'uuid';
 import { canonicalJson, fingerprintOf } from '../../src/core/json.js';
 import { defineOperation, openQueue, type Queue } from '../../src/index.js';
-import { copyLists, createDatabase, dropDatabase, inChunks, pgUrl, quoteIdent } from '../lib.js';
+import {
+  copyLists,
+  createDatabase,
+  dropDatabase,
+  inChunks,
+  pgUrl,
+  pgWriteCounters,
+  quoteIdent,
+  sleep,
+} from '../lib.js';
 import type { BenchSystem, Claimer, Payload, Running, WorkOptions } from './system.js';
 
 export const benchOp = defineOperation({
   name: 'bench.noop',
   async execute(input: Payload, ctx) {
-    return ctx.dispatch(() => {
+    return ctx.dispatch(async () => {
       handlers.onStart?.(input);
-      return Promise.resolve(null);
+      if (input.waitMs) await sleep(input.waitMs);
+      handlers.onEnd?.(input);
+      return null;
     });
   },
 });
@@ -38,11 +49,7 @@ export const benchKeyedOp = defineOperation({
 export const BENCH_PREFETCH = 100;
 
 /** The operation is module-level (as users define them); the current run's hooks live here. */
-const handlers: { onStart?: (p: Payload) => void } = {};
-
-export function setStartHook(fn: ((p: Payload) => void) | undefined): void {
-  handlers.onStart = fn;
-}
+const handlers: { onStart?: (p: Payload) => void; onEnd?: (p: Payload) => void } = {};
 
 export class ReckonSystem implements BenchSystem {
   readonly family = 'reckon' as const;
@@ -77,12 +84,17 @@ export class ReckonSystem implements BenchSystem {
 
   async attach(target: string): Promise<void> {
     this.storeUrl = target;
+    if (this.backend === 'postgres') this.db = new URL(target).pathname.slice(1);
     this.q = await openQueue({ store: target, operations: [benchOp, benchKeyedOp] });
     this.seqBase = Date.now();
   }
 
   get target(): string {
     return this.storeUrl;
+  }
+
+  get database(): string | undefined {
+    return this.db;
   }
 
   async close(): Promise<void> {
@@ -267,13 +279,16 @@ FROM g, ${s}.events e WHERE e.job_id = $1`;
 
   async work(o: WorkOptions): Promise<Running> {
     handlers.onStart = o.onStart;
+    handlers.onEnd = o.onEnd;
     const worker = this.queue.worker({
-      operations: [this.op],
+      operations: [o.keyed ? benchKeyedOp : this.op],
       concurrency: o.concurrency,
       // reckon's throughput setting (as graphile-worker's local queue of 500 is its own): leases
       // claimed ahead of free slots, so a slot that frees never waits for a claim round trip.
       // Prefetched jobs are not dispatched until a slot takes them; their leases are heartbeated.
       prefetch: BENCH_PREFETCH,
+      // Heartbeats every third of the lease (the default), for all the attempts in flight at once.
+      ...(o.leaseMs !== undefined ? { leaseMs: o.leaseMs } : {}),
       // The bench runs no crashes: recovery loops stay on (as in production) at their defaults.
     });
     if (o.onDone) {
@@ -285,6 +300,7 @@ FROM g, ${s}.events e WHERE e.job_id = $1`;
       stop: async () => {
         await worker.stop();
         handlers.onStart = undefined;
+        handlers.onEnd = undefined;
       },
     };
   }
@@ -294,5 +310,10 @@ FROM g, ${s}.events e WHERE e.job_id = $1`;
     let n = 0;
     for (const q of stats.queues) n += q.counts.QUEUED + q.counts.LEASED;
     return n;
+  }
+
+  writeCounters(): Promise<Record<string, number>> {
+    // SQLite: the worker process's own disk writes are its counter (bench/worker-process.ts).
+    return this.db ? pgWriteCounters(this.db) : Promise.resolve({});
   }
 }
