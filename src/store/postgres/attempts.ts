@@ -57,7 +57,7 @@ export async function jobReconcileClaimMany(
   return r.rows.map((row) => {
     const job = jobFromRow(row.job);
     assert(row.attempt, `UNKNOWN job ${job.id} has its attempt ${job.attemptCount}`);
-    return { job, attempt: attemptFromRow(row.attempt) };
+    return { job, attempt: attemptFromRow(row.attempt, job) };
   });
 }
 

@@ -1,7 +1,7 @@
 /**
  * PostgreSQL migrations: append-only and numbered; never edit a released one.
  *
- * The tables, columns, CHECKs and the one-lease partial index mirror the SQLite schema
+ * The tables, columns, CHECKs and partial indexes mirror the SQLite schema
  * (../sqlite/schema.ts). Times are `timestamptz` truncated to milliseconds, read on the
  * database's clock, so that the store and the runtime agree to the millisecond. Migration SQL is
  * unqualified: it runs with `search_path` set to reckon's own schema.
@@ -376,6 +376,27 @@ CREATE TRIGGER jobs_outcome AFTER UPDATE ON jobs FOR EACH ROW
     version: 12,
     name: 'jobs by operation, newest first',
     sql: `CREATE INDEX IF NOT EXISTS jobs_operation ON jobs (operation, id);`,
+  },
+  {
+    // What the hot path wrote for no reader (issue #29). attempts_one_lease: no statement reads
+    // through it, and invariant 2 does not rest on it: a claim leases only QUEUED jobs, each row
+    // locked, with one new attempt each; every move that takes a job off its attempt ends that
+    // attempt in the same commit; and every fenced write judges the job's state and attempt count
+    // with the token, so a LEASED attempt is always its job's current one (the conformance,
+    // fencing and chaos tests check it). It cost an index entry per claim.
+    // An attempt's request key and fingerprint were copies of its job's, which never change
+    // (invariant 6): new attempts leave them NULL and reads take the job's (rows.ts
+    // `attemptFromRow`); older rows keep their copies. Made nullable rather than dropped: a
+    // restore of an older backup, and a process of the previous version still running during an
+    // upgrade, keep writing them; PostgreSQL changes only its catalog either way.
+    version: 13,
+    name: 'attempts without the job copies or the one-lease index',
+    sql: `
+DROP INDEX IF EXISTS attempts_one_lease;
+ALTER TABLE attempts
+  ALTER COLUMN request_key DROP NOT NULL,
+  ALTER COLUMN request_fingerprint DROP NOT NULL;
+`,
   },
 ];
 

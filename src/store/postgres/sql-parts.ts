@@ -82,7 +82,7 @@ export function jobColumns(alias: string): string {
  * The writes that follow find the locked rows by primary key, and test only what the lock step
  * did not already judge on rows nobody else can change while this statement holds them: a
  * `state = 'LEASED'` test on attempts let the planner read every LEASED attempt along the
- * partial indexes instead (attempts_expiry, attempts_one_lease), in a nested loop with the batch.
+ * partial index instead (attempts_expiry), in a nested loop with the batch.
  */
 export function lockedLeases(jobs: string, attempts: string): string {
   return `

@@ -38,12 +38,13 @@ leased AS (
   RETURNING j.*, gen_random_uuid()::text AS a_lease_token, now.t AS a_leased_at,
     now.t + ${millis('$4')} AS a_lease_expires_at
 ),
--- Its lease_ms records the attempt's \`leased\` step (invariant 8): no event row.
+-- Its lease_ms records the attempt's \`leased\` step (invariant 8): no event row. It does not
+-- copy the job's request key and fingerprint (migration 13): reads take them from the job.
 attempt AS (
-  INSERT INTO ${attempts} (job_id, attempt_no, request_key, request_fingerprint, state, owner_id,
-    lease_token, leased_at, lease_expires_at, lease_ms)
-  SELECT l.id, l.attempt_count, l.request_key, l.request_fingerprint, 'LEASED', $3,
-    l.a_lease_token, l.a_leased_at, l.a_lease_expires_at, $4::bigint
+  INSERT INTO ${attempts} (job_id, attempt_no, state, owner_id, lease_token, leased_at,
+    lease_expires_at, lease_ms)
+  SELECT l.id, l.attempt_count, 'LEASED', $3, l.a_lease_token, l.a_leased_at,
+    l.a_lease_expires_at, $4::bigint
   FROM leased l
 )
 SELECT ${jobColumns('l')},
@@ -169,11 +170,12 @@ marked AS (
     AND a.job_id = i.job_id AND a.attempt_no = i.attempt_no AND a.lease_token = i.lease_token
     AND a.state = 'LEASED' AND a.dispatched_at IS NULL AND a.lease_expires_at > ${NOW}
   RETURNING a.job_id, a.attempt_no, a.lease_token, a.lease_expires_at, a.dispatched_at,
-    a.owner_id, a.request_fingerprint, a.lease_ms
+    a.owner_id, a.lease_ms
 ),
 dispatched_event AS (
   INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, actor, at)
-  SELECT m.job_id, m.attempt_no, m.request_fingerprint, 'dispatched', m.owner_id, m.dispatched_at
+  SELECT m.job_id, m.attempt_no, (SELECT j.request_fingerprint FROM ${jobs} j WHERE j.id = m.job_id),
+    'dispatched', m.owner_id, m.dispatched_at
   FROM marked m
   -- An attempt leased with its steps as columns has its marker as its \`dispatched\` step.
   WHERE m.lease_ms IS NULL
