@@ -389,6 +389,10 @@ CREATE TRIGGER jobs_outcome AFTER UPDATE ON jobs FOR EACH ROW
     // `attemptFromRow`); older rows keep their copies. Made nullable rather than dropped: a
     // restore of an older backup, and a process of the previous version still running during an
     // upgrade, keep writing them; PostgreSQL changes only its catalog either way.
+    // The write-once triggers of migration 11 run AFTER the update, as SQLite's do: a BEFORE row
+    // trigger locks the row it is given (a WAL record of its own) even when its WHEN is false,
+    // which cost the dispatch marker a row lock, and an outcome without its lock step one more.
+    // They refuse the same changes: the statement aborts, its writes undone.
     version: 13,
     name: 'attempts without the job copies or the one-lease index',
     sql: `
@@ -396,6 +400,22 @@ DROP INDEX IF EXISTS attempts_one_lease;
 ALTER TABLE attempts
   ALTER COLUMN request_key DROP NOT NULL,
   ALTER COLUMN request_fingerprint DROP NOT NULL;
+DROP TRIGGER IF EXISTS jobs_facts_once ON jobs;
+CREATE TRIGGER jobs_facts_once AFTER UPDATE ON jobs FOR EACH ROW
+  WHEN (OLD.enqueue_actor IS DISTINCT FROM NEW.enqueue_actor
+    OR OLD.created_at IS DISTINCT FROM NEW.created_at)
+  EXECUTE FUNCTION facts_write_once();
+DROP TRIGGER IF EXISTS attempts_facts_once ON attempts;
+CREATE TRIGGER attempts_facts_once AFTER UPDATE ON attempts FOR EACH ROW
+  WHEN (OLD.lease_ms IS DISTINCT FROM NEW.lease_ms
+    OR OLD.leased_at IS DISTINCT FROM NEW.leased_at
+    OR OLD.owner_id IS DISTINCT FROM NEW.owner_id
+    OR (OLD.dispatched_at IS NOT NULL AND NEW.dispatched_at IS DISTINCT FROM OLD.dispatched_at)
+    OR (OLD.ended_job IS NOT NULL AND (NEW.ended_job, NEW.state, NEW.finished_at, NEW.reason,
+      NEW.result_json, NEW.error_json) IS DISTINCT FROM (OLD.ended_job, OLD.state,
+      OLD.finished_at, OLD.reason, OLD.result_json, OLD.error_json))
+    OR (OLD.state <> 'LEASED' AND NEW.ended_job IS DISTINCT FROM OLD.ended_job))
+  EXECUTE FUNCTION facts_write_once();
 `,
   },
 ];
