@@ -744,6 +744,26 @@ describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
       expect((await detail(c.job.id)).attempts).toEqual(d.attempts);
     });
 
+    it("an attempt leased before the columns gets its dispatched event, with its job's fingerprint", async () => {
+      const c = await claimOne('a');
+      // The row as the store wrote it before migration 11: no lease_ms (its marker is then an
+      // event); before migration 13 it copied key and fingerprint, which now no row needs.
+      await rawSql(
+        ts,
+        ts.kind === 'sqlite'
+          ? 'DROP TRIGGER attempts_facts_once'
+          : 'DROP TRIGGER attempts_facts_once ON attempts',
+      );
+      await rawSql(ts, `UPDATE attempts SET lease_ms = NULL WHERE job_id = '${c.job.id}'`);
+      const [mark] = await store.attemptDispatchMany({ leases: [leaseOf(c)] });
+      expect(mark?.ok).toBe(true);
+      const d = await detail(c.job.id);
+      expect(d.events.map((e) => [e.kind, e.attemptNo, e.actor, e.fingerprint, e.id > 0])).toEqual([
+        ['enqueued', null, 'test', 'fp-a', false],
+        ['dispatched', 1, 'w1', 'fp-a', true],
+      ]);
+    });
+
     it('a job written before the columns keeps its stored enqueued event, and its enqueuer', async () => {
       const [r] = await insert(newJob('old'));
       const id = r!.job.id;
