@@ -705,7 +705,8 @@ describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
         `UPDATE jobs SET enqueue_actor = 'forged'`,
         `UPDATE attempts SET lease_ms = 1`,
         `UPDATE attempts SET owner_id = 'forged'`,
-        `UPDATE attempts SET dispatched_at = finished_at`,
+        // A later time (the marker and the outcome may share a millisecond).
+        `UPDATE attempts SET dispatched_at = dispatched_at + ${ts.kind === 'sqlite' ? '1' : `interval '1 millisecond'`}`,
         `UPDATE attempts SET ended_job = 'FAILED'`,
         `UPDATE attempts SET result_json = '{}'`,
       ])
