@@ -307,9 +307,9 @@ describe.skipIf(pgReason !== null)(
 
     describe('an outcome racing a move of its job', () => {
       it('an outcome that waited for its job while another transaction took the job off its attempt does not apply', async () => {
-        // The outcome has no lock step: its fence is the job's conditional update, judged on the
-        // job's latest version after the wait. Here the other transaction does what the
-        // reclaimer does to an expired, marked lease, and commits while the outcome waits.
+        // The outcome judges its fence on the rows' latest versions, after the wait. Here the
+        // other transaction does what the reclaimer does to an expired, marked lease, and
+        // commits while the outcome waits.
         const t = await pgDatabase();
         const q = await queueOn(t.url);
         const op = ledgerOp(new Map());
