@@ -391,8 +391,8 @@ CREATE TRIGGER jobs_outcome AFTER UPDATE ON jobs FOR EACH ROW
     // upgrade, keep writing them; PostgreSQL changes only its catalog either way.
     // The write-once triggers of migration 11 run AFTER the update, as SQLite's do: a BEFORE row
     // trigger locks the row it is given (a WAL record of its own) even when its WHEN is false,
-    // which cost the dispatch marker (no lock step) a row lock of its own. They refuse the same
-    // changes: the statement aborts, its writes undone.
+    // which cost the dispatch marker a row lock, and an outcome without its lock step one more.
+    // They refuse the same changes: the statement aborts, its writes undone.
     version: 13,
     name: 'attempts without the job copies or the one-lease index',
     sql: `
