@@ -1,6 +1,6 @@
 /**
- * `npx tsx bench/trace.ts [--store postgres|sqlite] [--jobs N] [--concurrency C] [--src DIR]`,
- * or `npm run bench -- --trace` for both stores: what a job writes. SQLite: pages written to
+ * `npx tsx bench/trace.ts [--store postgres|sqlite] [--jobs N] [--concurrency C] [--src DIR]
+ * [--top K]`, or `npm run bench -- --trace` for both stores: what a job writes. SQLite: pages written to
  * the WAL per commit and per job, commits per job, and this process's CPU per job, per phase (a
  * reader holds its snapshot through the run, so the WAL only grows: its growth is the frames
  * written). PostgreSQL: what a job writes read from the WAL itself (pg_walinspect): per phase
@@ -59,6 +59,8 @@ function argOf(name: string, fallback: string): string {
 const jobs = Number(argOf('--jobs', '2000'));
 const concurrency = Number(argOf('--concurrency', '50'));
 const src = argOf('--src', new URL('../src', import.meta.url).pathname);
+/** How many kinds of WAL record to list per phase, largest first. */
+const top = Number(argOf('--top', '14'));
 
 const reckon = (await import(`${src}/index.ts`)) as typeof import('../src/index.js');
 const op = reckon.defineOperation({
@@ -182,7 +184,7 @@ try {
         `${per(w.updates)} updated of which ${per(w.hot)} HOT, ${per(w.deletes)} deleted), ` +
         `${per(w.locks)} row locks, ${per(w.indexEntries)} index entries`,
     );
-    for (const [k, e] of [...byKind].sort((a, b) => b[1].bytes - a[1].bytes).slice(0, 14))
+    for (const [k, e] of [...byKind].sort((a, b) => b[1].bytes - a[1].bytes).slice(0, top))
       console.log(
         `  ${k.padEnd(48)} ${(e.n / jobs).toFixed(2).padStart(6)} /job ${(e.bytes / jobs).toFixed(0).padStart(6)} B/job`,
       );
@@ -195,9 +197,17 @@ try {
   await runJobs(q, async () => (l1 = await lsn()));
   const l2 = await lsn();
   await q.close();
-  // Claims commit without waiting for their flush: a durable commit flushes the WAL up to l2,
-  // as far as pg_walinspect reads.
-  await admin.query('SELECT txid_current()');
+  // Claims commit without waiting for their flush, and pg_walinspect reads only flushed WAL:
+  // wait for the WAL writer to flush up to l2 (a transaction that wrote nothing, such as
+  // txid_current(), commits without a flush).
+  while (
+    !(
+      await admin.query<{ ok: boolean }>('SELECT pg_current_wal_flush_lsn() >= $1::pg_lsn AS ok', [
+        l2,
+      ])
+    ).rows[0]!.ok
+  )
+    await new Promise((r) => setTimeout(r, 50));
   console.log(`${jobs} jobs at concurrency ${concurrency}, reckon from ${src}`);
   await phase('enqueue', l0, l1);
   await phase('processing (claim, marker, outcome)', l1, l2);

@@ -325,6 +325,60 @@ describe('store errors are typed', () => {
     }
   });
 
+  it('migration 13 lets attempts leave the job copies NULL, and refuses a table edited by hand it cannot rewrite', async () => {
+    const build = (path: string, edit?: [string, string]) => {
+      const old = new Database(path);
+      old.exec(
+        `CREATE TABLE reckon_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`,
+      );
+      for (const m of MIGRATIONS.filter((m) => m.version <= 12)) {
+        for (const c of m.columns ?? [])
+          old.exec(`ALTER TABLE ${c.table} ADD COLUMN ${c.column} ${c.type}`);
+        old.exec(m.sql);
+        if (m.rewrites) rewriteTables(old, m.rewrites);
+        old.prepare('INSERT INTO reckon_migrations VALUES (?, ?, 0)').run(m.version, m.name);
+      }
+      if (edit) rewriteTables(old, [{ table: 'attempts', from: edit[0], to: edit[1] }]);
+      old.close();
+    };
+    const notNull = (path: string) => {
+      const db = new Database(path, { readonly: true });
+      try {
+        return db
+          .prepare(
+            `SELECT name, "notnull" FROM pragma_table_info('attempts')
+             WHERE name IN ('request_key', 'request_fingerprint') ORDER BY name`,
+          )
+          .all();
+      } finally {
+        db.close();
+      }
+    };
+    const plain = join(dir(), 'plain.db');
+    build(plain);
+    expect(notNull(plain)).toEqual([
+      { name: 'request_fingerprint', notnull: 1 },
+      { name: 'request_key', notnull: 1 },
+    ]);
+    const q = await openQueue({ store: `sqlite:${plain}`, operations: [send] });
+    cleanups.push(() => q.close());
+    expect(await q.store.schemaVersion()).toBe(LATEST_SCHEMA_VERSION);
+    expect(notNull(plain)).toEqual([
+      { name: 'request_fingerprint', notnull: 0 },
+      { name: 'request_key', notnull: 0 },
+    ]);
+    // An operator's own spelling of the column: neither the old text nor the new is there.
+    const edited = join(dir(), 'edited13.db');
+    build(edited, ['request_key              TEXT NOT NULL', 'request_key TEXT NOT NULL']);
+    await expect(openQueue({ store: `sqlite:${edited}`, operations: [send] })).rejects.toThrow(
+      /has neither/,
+    );
+    expect(notNull(edited)).toEqual([
+      { name: 'request_fingerprint', notnull: 1 },
+      { name: 'request_key', notnull: 1 },
+    ]);
+  });
+
   it('a schema rewrite whose new text does not parse is refused before it is written: the migration rolls back, the file stays readable', () => {
     const path = join(dir(), 'rewrite.db');
     const db = new Database(path);

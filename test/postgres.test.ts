@@ -305,6 +305,71 @@ describe.skipIf(pgReason !== null)(
       });
     });
 
+    describe('an outcome racing a move of its job', () => {
+      it('an outcome that waited for its job while another transaction took the job off its attempt does not apply', async () => {
+        // The outcome judges its fence on the rows' latest versions, after the wait. Here the
+        // other transaction does what the reclaimer does to an expired, marked lease, and
+        // commits while the outcome waits.
+        const t = await pgDatabase();
+        const q = await queueOn(t.url);
+        const op = ledgerOp(new Map());
+        await q.enqueueMany(op, [{ input: { n: 1 }, key: 'raced' }]);
+        const [c] = await q.store.attemptClaimMany({
+          ownerId: 'w1',
+          queues: ['default'],
+          operations: [op.name],
+          limit: 1,
+          leaseMs: 60_000,
+        });
+        const lease = { jobId: c!.job.id, attemptNo: 1, leaseToken: c!.attempt.leaseToken };
+        expect((await q.store.attemptDispatchMany({ leases: [lease] }))[0]?.ok).toBe(true);
+        const other = await client(t.url);
+        const otherPid = (await other.query<{ pid: number }>('SELECT pg_backend_pid() AS pid'))
+          .rows[0]!.pid;
+        const watcher = await client(t.url);
+        await other.query('BEGIN');
+        await other.query(
+          `UPDATE reckon.jobs SET state = 'UNKNOWN', next_check_at = now() WHERE id = $1`,
+          [lease.jobId],
+        );
+        await other.query(
+          `UPDATE reckon.attempts SET state = 'UNKNOWN', finished_at = now(),
+             reason = 'lease-expired-after-dispatch' WHERE job_id = $1`,
+          [lease.jobId],
+        );
+        const finishing = q.store.attemptFinishMany({
+          finishes: [
+            {
+              lease,
+              state: 'SUCCEEDED',
+              reason: null,
+              resultJson: '{"ok":true}',
+              error: null,
+              job: { to: 'SUCCEEDED' },
+              actor: 'w1',
+            },
+          ],
+        });
+        await until(
+          'the outcome to wait for the job',
+          async () =>
+            (
+              await watcher.query<{ n: number }>(
+                'SELECT count(*)::int AS n FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))',
+                [otherPid],
+              )
+            ).rows[0]!.n > 0,
+        );
+        await other.query('COMMIT');
+        expect(await finishing).toEqual([false]);
+        const d = await q.job(lease.jobId);
+        expect(d?.job.state).toBe('UNKNOWN');
+        expect(d?.attempts.map((a) => [a.state, a.reason, a.result])).toEqual([
+          ['UNKNOWN', 'lease-expired-after-dispatch', null],
+        ]);
+      });
+    });
+
     describe('transactional enqueue (outbox)', () => {
       it('a job enqueued in the caller’s transaction exists iff it commits, and then runs', async () => {
         const t = await pgDatabase();

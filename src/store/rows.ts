@@ -53,8 +53,9 @@ export interface JobRow {
 export interface AttemptRow {
   job_id: string;
   attempt_no: number;
-  request_key: string;
-  request_fingerprint: string;
+  /** The job's, copied by rows written before migration 13; NULL since (read through the job). */
+  request_key: string | null;
+  request_fingerprint: string | null;
   state: string;
   owner_id: string;
   lease_token: string;
@@ -130,12 +131,19 @@ export function jobFromRow(r: JobRow): JobRecord {
   };
 }
 
-export function attemptFromRow(r: AttemptRow): AttemptRecord {
+/**
+ * An attempt's record from its row and its job's: the request key and fingerprint are the job's
+ * (invariant 6: they never change), which rows written before migration 13 also copied.
+ */
+export function attemptFromRow(
+  r: AttemptRow,
+  job: Pick<JobRecord, 'requestKey' | 'fingerprint'>,
+): AttemptRecord {
   return {
     jobId: r.job_id,
     attemptNo: Number(r.attempt_no),
-    requestKey: r.request_key,
-    fingerprint: r.request_fingerprint,
+    requestKey: r.request_key ?? job.requestKey,
+    fingerprint: r.request_fingerprint ?? job.fingerprint,
     state: r.state as AttemptState,
     ownerId: r.owner_id,
     leaseToken: r.lease_token,

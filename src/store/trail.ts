@@ -46,7 +46,7 @@ export function detailFromRows(
   const steps = routineSteps(job, attempts, enqueued === undefined);
   return {
     job: record,
-    attempts: attempts.map(attemptFromRow),
+    attempts: attempts.map((a) => attemptFromRow(a, record)),
     events: mergeTrail(stored, steps),
     enqueuedBy: job.enqueue_actor ?? enqueued?.actor ?? null,
   };

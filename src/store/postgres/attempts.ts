@@ -57,7 +57,7 @@ export async function jobReconcileClaimMany(
   return r.rows.map((row) => {
     const job = jobFromRow(row.job);
     assert(row.attempt, `UNKNOWN job ${job.id} has its attempt ${job.attemptCount}`);
-    return { job, attempt: attemptFromRow(row.attempt) };
+    return { job, attempt: attemptFromRow(row.attempt, job) };
   });
 }
 
@@ -193,7 +193,7 @@ export async function heartbeatNow(
 
 /**
  * Outcomes, one statement for the whole (merged) batch. What rules.ts would say of each finish
- * under a held lease depends on the locked rows only through the dispatch marker, so it is
+ * under a held lease depends on the rows only through the dispatch marker, so it is
  * judged here for both cases, and the statement applies the verdict for the case it finds.
  */
 export async function finishNow(h: PgHandle, finishes: AttemptFinish[]): Promise<boolean[]> {
@@ -259,7 +259,7 @@ export type ClaimRow = JobRow & {
 /**
  * What rules.ts's `assertFinishLegal` says of a finish whose lease holds (so job and attempt are
  * LEASED, on the lease's attempt), given whether the attempt carries a dispatch marker: the
- * error it throws, or undefined. It reads nothing else of the locked rows; should it ever read
+ * error it throws, or undefined. It reads nothing else of the rows; should it ever read
  * more, the statement that applies this verdict must pass that too.
  */
 function finishViolation(

@@ -57,8 +57,9 @@ export async function lockLeases(
   const locked = new Map<string, LockedLease>();
   let now = 0;
   for (const row of r.rows) {
-    const attempt = attemptFromRow(row.attempt);
-    locked.set(leaseKey(attempt.jobId, attempt.attemptNo), { job: jobFromRow(row.job), attempt });
+    const job = jobFromRow(row.job);
+    const attempt = attemptFromRow(row.attempt, job);
+    locked.set(leaseKey(attempt.jobId, attempt.attemptNo), { job, attempt });
     now = Math.max(now, toMs(row.now));
   }
   if (r.rows.length === 0) now = await clockOn(h, c);
@@ -76,14 +77,15 @@ export async function lockJob(
   return { job: jobFromRow(row), now: toMs(row.now) };
 }
 
+/** Locks the job's attempt `attemptNo` (the job is locked: see `lockJob`). */
 export async function lockAttempt(
   h: PgHandle,
   c: Queryable,
-  jobId: string,
+  job: JobRecord,
   attemptNo: number,
 ): Promise<AttemptRecord | undefined> {
-  const r = await c.query<AttemptRow>(h.sql.attemptLock, [jobId, attemptNo]);
-  return r.rows[0] && attemptFromRow(r.rows[0]);
+  const r = await c.query<AttemptRow>(h.sql.attemptLock, [job.id, attemptNo]);
+  return r.rows[0] && attemptFromRow(r.rows[0], job);
 }
 
 /** The job's attempts as plan/proof.ts reads them, when a move planned to `to` needs them. */
@@ -129,7 +131,7 @@ export async function jobTransition(h: PgHandle, t: JobTransition): Promise<bool
   return h.db.tx(async (c) => {
     const { job, now } = await lockJob(h, c, t.jobId);
     const attempt =
-      job && job.attemptCount > 0 ? await lockAttempt(h, c, job.id, job.attemptCount) : undefined;
+      job && job.attemptCount > 0 ? await lockAttempt(h, c, job, job.attemptCount) : undefined;
     const history = job && (await historyFor(h, c, job.id, t.to));
     const plan = planTransition({ job, attempt, t, history, now });
     if (!plan || !job) return false;
@@ -165,7 +167,7 @@ export async function jobCancel(
     const { job, now } = await lockJob(h, c, p.id);
     if (!job) return null;
     const attempt =
-      job.state === 'LEASED' ? await lockAttempt(h, c, job.id, job.attemptCount) : undefined;
+      job.state === 'LEASED' ? await lockAttempt(h, c, job, job.attemptCount) : undefined;
     const plan = planCancel({ job, attempt, actor: p.actor, reason: p.reason, by: p.by, now });
     if ('why' in plan) return { cancelled: false, job, why: plan.why };
     const w = new TxWrites();

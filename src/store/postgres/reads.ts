@@ -72,10 +72,10 @@ export async function attemptExpiredList(
       c.query<{ job: JobRow; attempt: AttemptRow }>(h.sql.attemptExpiredList, [p.skewMs, p.limit]),
     { reads: true },
   );
-  return r.rows.map((row) => ({
-    attempt: attemptFromRow(row.attempt),
-    job: jobFromRow(row.job),
-  }));
+  return r.rows.map((row) => {
+    const job = jobFromRow(row.job);
+    return { attempt: attemptFromRow(row.attempt, job), job };
+  });
 }
 
 export async function statsGet(h: PgHandle): Promise<StoreStats> {

@@ -1,7 +1,7 @@
 /**
  * PostgreSQL migrations: append-only and numbered; never edit a released one.
  *
- * The tables, columns, CHECKs and the one-lease partial index mirror the SQLite schema
+ * The tables, columns, CHECKs and partial indexes mirror the SQLite schema
  * (../sqlite/schema.ts). Times are `timestamptz` truncated to milliseconds, read on the
  * database's clock, so that the store and the runtime agree to the millisecond. Migration SQL is
  * unqualified: it runs with `search_path` set to reckon's own schema.
@@ -376,6 +376,47 @@ CREATE TRIGGER jobs_outcome AFTER UPDATE ON jobs FOR EACH ROW
     version: 12,
     name: 'jobs by operation, newest first',
     sql: `CREATE INDEX IF NOT EXISTS jobs_operation ON jobs (operation, id);`,
+  },
+  {
+    // What the hot path wrote for no reader (issue #29). attempts_one_lease: no statement reads
+    // through it, and invariant 2 does not rest on it: a claim leases only QUEUED jobs, each row
+    // locked, with one new attempt each; every move that takes a job off its attempt ends that
+    // attempt in the same commit; and every fenced write judges the job's state and attempt count
+    // with the token, so a LEASED attempt is always its job's current one (the conformance,
+    // fencing and chaos tests check it). It cost an index entry per claim.
+    // An attempt's request key and fingerprint were copies of its job's, which never change
+    // (invariant 6): new attempts leave them NULL and reads take the job's (rows.ts
+    // `attemptFromRow`); older rows keep their copies. Made nullable rather than dropped: a
+    // restore of an older backup, and a process of the previous version still running during an
+    // upgrade, keep writing them; PostgreSQL changes only its catalog either way.
+    // The write-once triggers of migration 11 run AFTER the update, as SQLite's do: a BEFORE row
+    // trigger locks the row it is given (a WAL record of its own) even when its WHEN is false,
+    // which cost the dispatch marker a row lock, and an outcome without its lock step one more.
+    // They refuse the same changes: the statement aborts, its writes undone.
+    version: 13,
+    name: 'attempts without the job copies or the one-lease index',
+    sql: `
+DROP INDEX IF EXISTS attempts_one_lease;
+ALTER TABLE attempts
+  ALTER COLUMN request_key DROP NOT NULL,
+  ALTER COLUMN request_fingerprint DROP NOT NULL;
+DROP TRIGGER IF EXISTS jobs_facts_once ON jobs;
+CREATE TRIGGER jobs_facts_once AFTER UPDATE ON jobs FOR EACH ROW
+  WHEN (OLD.enqueue_actor IS DISTINCT FROM NEW.enqueue_actor
+    OR OLD.created_at IS DISTINCT FROM NEW.created_at)
+  EXECUTE FUNCTION facts_write_once();
+DROP TRIGGER IF EXISTS attempts_facts_once ON attempts;
+CREATE TRIGGER attempts_facts_once AFTER UPDATE ON attempts FOR EACH ROW
+  WHEN (OLD.lease_ms IS DISTINCT FROM NEW.lease_ms
+    OR OLD.leased_at IS DISTINCT FROM NEW.leased_at
+    OR OLD.owner_id IS DISTINCT FROM NEW.owner_id
+    OR (OLD.dispatched_at IS NOT NULL AND NEW.dispatched_at IS DISTINCT FROM OLD.dispatched_at)
+    OR (OLD.ended_job IS NOT NULL AND (NEW.ended_job, NEW.state, NEW.finished_at, NEW.reason,
+      NEW.result_json, NEW.error_json) IS DISTINCT FROM (OLD.ended_job, OLD.state,
+      OLD.finished_at, OLD.reason, OLD.result_json, OLD.error_json))
+    OR (OLD.state <> 'LEASED' AND NEW.ended_job IS DISTINCT FROM OLD.ended_job))
+  EXECUTE FUNCTION facts_write_once();
+`,
   },
 ];
 

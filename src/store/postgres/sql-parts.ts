@@ -74,33 +74,20 @@ export function jobColumns(alias: string): string {
 }
 
 /**
- * The outcome's lock step (the dispatch marker has none), as CTEs `locked` and `now`: locks the
- * job and the attempt of every `input` row (columns job_id, attempt_no) in job id order, so that
- * concurrent batches never wait on each other in a cycle (the order of every other fenced write). `now` is the clock once
- * every lock is held: it is read above the lock for each row, and the latest one is kept.
- *
- * The writes that follow find the locked rows by primary key, and test only what the lock step
- * did not already judge on rows nobody else can change while this statement holds them: a
- * `state = 'LEASED'` test on attempts let the planner read every LEASED attempt along the
- * partial indexes instead (attempts_expiry, attempts_one_lease), in a nested loop with the batch.
+ * What the outcome's snapshot holds of each lease of `input` (columns job_id, attempt_no), as the
+ * CTE `seen`: the job and the attempt, read without a lock (the outcome's fence is its job's
+ * conditional update: see `attemptFinish`). By primary key whatever the plan (a merge join
+ * walked attempts_pkey across other leases).
  */
-export function lockedLeases(jobs: string, attempts: string): string {
+export function seenLeases(jobs: string, attempts: string): string {
   return `
-locked AS MATERIALIZED (
-  SELECT l.*, ${NOW} AS t
-  FROM (
-    SELECT j.id, j.queue, j.state AS job_state, j.attempt_count, j.request_fingerprint,
-      a.attempt_no, a.state, a.lease_token, a.lease_expires_at, a.dispatched_at, a.owner_id,
-      a.lease_ms
-    FROM ${jobs} j JOIN ${attempts} a ON a.job_id = j.id
-    -- By primary key whatever the plan (a merge join walked attempts_pkey across other leases).
-    WHERE a.job_id = ANY (ARRAY(SELECT i.job_id FROM input i))
-      AND (a.job_id, a.attempt_no) IN (SELECT i.job_id, i.attempt_no FROM input i)
-    ORDER BY j.id
-    FOR UPDATE OF j, a
-  ) l
-),
-now AS MATERIALIZED (SELECT coalesce(max(locked.t), ${NOW}) AS t FROM locked)`;
+seen AS MATERIALIZED (
+  SELECT j.id, j.queue, j.state AS job_state, j.attempt_count, j.request_fingerprint,
+    a.attempt_no, a.state, a.lease_token, a.dispatched_at, a.owner_id
+  FROM ${jobs} j JOIN ${attempts} a ON a.job_id = j.id
+  WHERE a.job_id = ANY (ARRAY(SELECT i.job_id FROM input i))
+    AND (a.job_id, a.attempt_no) IN (SELECT i.job_id, i.attempt_no FROM input i)
+)`;
 }
 
 /**

@@ -9,7 +9,7 @@ import {
   fail,
   flowPauseFilter,
   jobColumns,
-  lockedLeases,
+  seenLeases,
   millis,
   toMs,
   type Tables,
@@ -41,12 +41,13 @@ leased AS (
   RETURNING j.*, gen_random_uuid()::text AS a_lease_token, now.t AS a_leased_at,
     now.t + ${millis('$4')} AS a_lease_expires_at
 ),
--- Its lease_ms records the attempt's \`leased\` step (invariant 8): no event row.
+-- Its lease_ms records the attempt's \`leased\` step (invariant 8): no event row. It does not
+-- copy the job's request key and fingerprint (migration 13): reads take them from the job.
 attempt AS (
-  INSERT INTO ${attempts} (job_id, attempt_no, request_key, request_fingerprint, state, owner_id,
-    lease_token, leased_at, lease_expires_at, lease_ms)
-  SELECT l.id, l.attempt_count, l.request_key, l.request_fingerprint, 'LEASED', $3,
-    l.a_lease_token, l.a_leased_at, l.a_lease_expires_at, $4::bigint
+  INSERT INTO ${attempts} (job_id, attempt_no, state, owner_id, lease_token, leased_at,
+    lease_expires_at, lease_ms)
+  SELECT l.id, l.attempt_count, 'LEASED', $3, l.a_lease_token, l.a_leased_at,
+    l.a_lease_expires_at, $4::bigint
   FROM leased l
 )
 SELECT ${jobColumns('l')},
@@ -177,11 +178,12 @@ marked AS (
   WHERE a.job_id = i.job_id AND a.attempt_no = i.attempt_no AND a.lease_token = i.lease_token
     AND a.state = i.leased AND a.dispatched_at IS NULL AND a.lease_expires_at > ${NOW}
   RETURNING a.job_id, a.attempt_no, a.lease_token, a.lease_expires_at, a.dispatched_at,
-    a.owner_id, a.request_fingerprint, a.lease_ms
+    a.owner_id, a.lease_ms
 ),
 dispatched_event AS (
   INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, actor, at)
-  SELECT m.job_id, m.attempt_no, m.request_fingerprint, 'dispatched', m.owner_id, m.dispatched_at
+  SELECT m.job_id, m.attempt_no, (SELECT j.request_fingerprint FROM ${jobs} j WHERE j.id = m.job_id),
+    'dispatched', m.owner_id, m.dispatched_at
   FROM marked m
   -- An attempt leased with its steps as columns has its marker as its \`dispatched\` step.
   WHERE m.lease_ms IS NULL
@@ -253,13 +255,21 @@ ORDER BY i.ord`,
  * (recorded as the attempt's ended_job, not an event, when the actor owns the lease: plan/finish.ts
  * `FinishParams.routine`). $8–$13, $15 and $19–$21 are the plan's (plan/finish.ts
  * `finishParams`): the statement adds the fence and the clock.
- * Locks like `attemptDispatch`; a finish applies when its lease holds (rules.ts `leaseHolds`)
- * and it is the first of that lease in the batch. Ends those attempts, moves their jobs
- * (as the transaction path's `finishAttempt` does), appends their events and wakes the
- * queues of requeued jobs. Returns `applied` per finish, in order, and `requeued`: the queue
- * of a job it put back in line (else null). A finish that applies but breaks an invariant
- * aborts the statement (`fail`: "finish <index> marked|unmarked", the first such finish),
- * and is never written even for a moment, so no constraint fires first.
+ *
+ * No lock step (each row lock is a WAL record of its own): the fence is the job's conditional
+ * update, judged on its latest version, after any wait for its lock. A finish applies when its
+ * lease holds (rules.ts `leaseHolds`) on the statement's snapshot, it is the first of that lease
+ * in the batch, and its job is still LEASED on its attempt when updated; its attempt is then
+ * updated after its job (every fenced write locks a job before its attempt, in job id order).
+ * The snapshot's attempt is its current one: an attempt's token never changes, and every move
+ * that ends a LEASED attempt moves its job off it in the same commit, which the job's update
+ * would see. The clock is read once, before the writes. Ends those attempts, moves their jobs
+ * (as the transaction path's `finishAttempt` does), appends their events and wakes the queues of
+ * requeued jobs. Returns `applied` per finish, in order, and `requeued`: the queue of a job it put
+ * back in line (else null). A finish whose lease holds on the snapshot but which breaks an
+ * invariant (judged on the snapshot's marker: the owner's own, written before its outcome)
+ * aborts the statement (`fail`: "finish <index> marked|unmarked", the first such finish), and
+ * is never written even for a moment, so no constraint fires first.
  */
 export function finishStatements(t: Tables) {
   const { jobs, attempts, events } = t;
@@ -273,31 +283,68 @@ WITH input AS MATERIALIZED (
     AS i(job_id, attempt_no, lease_token, state, reason, result_json, error_json, job_to,
       run_delay_ms, check_after_ms, job_result_json, job_error_json, kind, actor, detail_json,
       bad_unmarked, bad_marked, resets_lookups, terminal, routine, ord)
+  ORDER BY i.job_id
 ),
-${lockedLeases(jobs, attempts)},
-held AS MATERIALIZED (
+now AS MATERIALIZED (SELECT ${NOW} AS t),
+${seenLeases(jobs, attempts)},
+judged AS MATERIALIZED (
   SELECT i.*, l.request_fingerprint, l.queue, l.dispatched_at,
-    ${LEASE_HOLDS} AND ${FIRST_OF_LEASE} AS applies,
+    ${LEASE_HOLDS} AND ${FIRST_OF_LEASE} AS holds,
+    ${LEASE_HOLDS} AND ${FIRST_OF_LEASE}
+      AND CASE WHEN l.dispatched_at IS NULL THEN i.bad_unmarked ELSE i.bad_marked END AS bad,
     coalesce(i.routine AND i.actor = l.owner_id, false) AS ends_routinely
   FROM input i
-  LEFT JOIN locked l ON l.id = i.job_id AND l.attempt_no = i.attempt_no
-),
-judged AS MATERIALIZED (
-  SELECT h.*,
-    h.applies AND CASE WHEN h.dispatched_at IS NULL THEN h.bad_unmarked ELSE h.bad_marked END AS bad
-  FROM held h
+  LEFT JOIN seen l ON l.id = i.job_id AND l.attempt_no = i.attempt_no
 ),
 first_bad AS MATERIALIZED (SELECT min(ord) AS ord FROM judged WHERE bad),
+${finishJobMoves(jobs)},
+applied AS MATERIALIZED (
+  SELECT g.*, m.id IS NOT NULL AS applies
+  FROM judged g LEFT JOIN moved m ON m.id = g.job_id AND g.holds AND NOT g.bad
+),
 ended AS (
   UPDATE ${attempts} a SET state = g.state, finished_at = now.t, result_json = g.result_json,
     error_json = g.error_json, reason = g.reason,
     ended_job = CASE WHEN g.ends_routinely THEN g.job_to END
-  FROM judged g, now
-  -- Judged LEASED on the locked row: no state test here (see lockedLeases).
-  WHERE g.applies AND NOT g.bad AND a.job_id = g.job_id AND a.attempt_no = g.attempt_no
+  FROM applied g, now
+  -- No state test: its job, now locked LEASED on it, proves the attempt LEASED (a state test
+  -- let the planner read every LEASED attempt along attempts_expiry instead of the key).
+  WHERE g.applies AND a.job_id = g.job_id AND a.attempt_no = g.attempt_no
     AND a.lease_token = g.lease_token
   RETURNING a.job_id
 ),
+finished_event AS (
+  INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, from_state, to_state, actor, detail_json, at)
+  SELECT g.job_id, g.attempt_no, g.request_fingerprint, g.kind, 'LEASED', g.job_to, g.actor,
+    g.detail_json, now.t
+  FROM applied g, now
+  -- A routine outcome is recorded as the attempt's ended_job (invariant 8): no event row.
+  WHERE g.applies AND NOT g.ends_routinely
+  ORDER BY g.ord
+)
+SELECT g.applies AS applied,
+  CASE WHEN g.applies AND g.job_to = 'QUEUED' THEN g.queue END AS requeued,
+  CASE
+    WHEN g.ord = f.ord
+      THEN ${fail(`'finish ' || g.ord || CASE WHEN g.dispatched_at IS NULL THEN ' unmarked' ELSE ' marked' END`)}
+    WHEN g.ord = 1 AND f.ord IS NULL
+        AND (SELECT count(*) FROM ended) <> (SELECT count(*) FROM applied WHERE applies)
+      THEN ${fail(`'not every held lease took its outcome (batch of job ' || g.job_id || ')'`)}
+  END AS violated,
+  (SELECT count(pg_notify($18::text, q.queue))
+     FROM (SELECT DISTINCT queue FROM applied WHERE applies AND job_to = 'QUEUED') q) AS woken
+FROM applied g CROSS JOIN first_bad f
+ORDER BY g.ord`,
+  };
+}
+
+/**
+ * The outcome's fence and its job's move, as the CTE `moved` (over `judged` and `now`): each job
+ * whose finish holds on the snapshot and breaks nothing, if still LEASED on its attempt when
+ * updated. Returns the ids moved.
+ */
+function finishJobMoves(jobs: string): string {
+  return `
 moved AS (
   UPDATE ${jobs} j SET
     state = g.job_to,
@@ -310,31 +357,9 @@ moved AS (
     error_json = coalesce(g.job_error_json, j.error_json),
     finished_at = CASE WHEN g.terminal THEN now.t END
   FROM judged g, now
-  WHERE g.applies AND NOT g.bad AND j.id = g.job_id AND j.state = 'LEASED' AND j.attempt_count = g.attempt_no
+  -- Each job looked up by its id from \`judged\`, in job id order.
+  WHERE g.holds AND NOT g.bad AND j.id = g.job_id
+    AND j.state = 'LEASED' AND j.attempt_count = g.attempt_no
   RETURNING j.id
-),
-finished_event AS (
-  INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, from_state, to_state, actor, detail_json, at)
-  SELECT g.job_id, g.attempt_no, g.request_fingerprint, g.kind, 'LEASED', g.job_to, g.actor,
-    g.detail_json, now.t
-  FROM judged g, now
-  -- A routine outcome is recorded as the attempt's ended_job (invariant 8): no event row.
-  WHERE g.applies AND NOT g.bad AND NOT g.ends_routinely
-  ORDER BY g.ord
-)
-SELECT g.applies AS applied,
-  CASE WHEN g.applies AND g.job_to = 'QUEUED' THEN g.queue END AS requeued,
-  CASE
-    WHEN g.ord = f.ord
-      THEN ${fail(`'finish ' || g.ord || CASE WHEN g.dispatched_at IS NULL THEN ' unmarked' ELSE ' marked' END`)}
-    WHEN g.ord = 1 AND f.ord IS NULL
-        AND ((SELECT count(*) FROM ended) <> (SELECT count(*) FROM judged WHERE applies)
-          OR (SELECT count(*) FROM moved) <> (SELECT count(*) FROM judged WHERE applies))
-      THEN ${fail(`'not every held lease took its outcome (batch of job ' || g.job_id || ')'`)}
-  END AS violated,
-  (SELECT count(pg_notify($18::text, q.queue))
-     FROM (SELECT DISTINCT queue FROM judged WHERE applies AND job_to = 'QUEUED') q) AS woken
-FROM judged g CROSS JOIN first_bad f
-ORDER BY g.ord`,
-  };
+)`;
 }

@@ -166,11 +166,10 @@ inserted AS (${insertJobsAs(
     )}
 ),
 attempt AS (
-  INSERT INTO ${attempts} (job_id, attempt_no, request_key, request_fingerprint, state, owner_id,
-    lease_token, leased_at, lease_expires_at, lease_ms)
-  SELECT n.id, 1, n.request_key, n.request_fingerprint, 'LEASED', h.owner_id, h.lease_token,
-    now.t, h.lease_expires_at, h.lease_ms
-  FROM handed h JOIN input n ON n.id = h.id CROSS JOIN now
+  INSERT INTO ${attempts} (job_id, attempt_no, state, owner_id, lease_token, leased_at,
+    lease_expires_at, lease_ms)
+  SELECT h.id, 1, 'LEASED', h.owner_id, h.lease_token, now.t, h.lease_expires_at, h.lease_ms
+  FROM handed h CROSS JOIN now
 ),
 logged AS (
   INSERT INTO ${events} (job_id, attempt_no, request_fingerprint, kind, to_state, actor, detail_json, at)

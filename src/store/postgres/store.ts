@@ -5,13 +5,15 @@
  * safe with concurrent writers:
  *  - Lease expiry is judged by the database's clock (`clock_timestamp()`), never a worker's.
  *  - Claims take rows with `FOR UPDATE SKIP LOCKED`, so claimers never wait on each other. Fenced
- *    writes lock the rows they judge (`FOR UPDATE`, in job id order), judge them by the shared
- *    rules of ../rules.ts, then write.
+ *    writes lock the rows they judge (`FOR UPDATE`, in job id order, a job before its attempt),
+ *    judge them by the shared rules of ../rules.ts, then write; the dispatch marker and the
+ *    outcome take no lock step: their conditional updates are the fence, judged on each row's
+ *    latest version (a row lock is a WAL record of its own).
  *  - The worker's hot path (claim, dispatch marker, outcome) and the common enqueue are ONE
- *    statement each (a data-modifying CTE that locks, judges, writes and appends its events), so
+ *    statement each (a data-modifying CTE that judges, writes and appends its events), so
  *    each costs one round trip and one commit, and concurrent callers share it (group commit).
  *    The rules that need no row are applied here before the statement; those that need the
- *    locked rows are the statement's SQL (statements.ts), and a broken invariant aborts it whole.
+ *    rows are the statement's SQL (statements.ts), and a broken invariant aborts it whole.
  *    Colder paths (reclaimer, reconciler, cancel) lock, judge in JS and write in a transaction.
  *  - Migrations run in one transaction under an advisory lock, so processes starting together
  *    migrate one after the other.

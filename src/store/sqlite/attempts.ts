@@ -59,7 +59,7 @@ export function jobReconcileClaimMany(
       hold.run(now + p.holdMs, row._rowid);
       row.next_check_at = now + p.holdMs;
       const job = jobFromRow(row);
-      const attempt = getAttempt(h, job.id, job.attemptCount);
+      const attempt = getAttempt(h, job, job.attemptCount);
       assert(attempt, `UNKNOWN job ${job.id} has its attempt ${job.attemptCount}`);
       out.push({ job, attempt });
     }
@@ -117,7 +117,8 @@ export function attemptClaimMany(h: SqliteHandle, p: ClaimParams): Promise<Claim
 
 /**
  * Leases the claimed rows, inside the claim's write: the job, and a new attempt whose `lease_ms`
- * records its `leased` step (invariant 8; no event row).
+ * records its `leased` step (invariant 8; no event row). The attempt does not copy the job's
+ * request key and fingerprint (migration 13): reads take them from the job.
  */
 export function leaseRows(
   h: SqliteHandle,
@@ -128,8 +129,8 @@ export function leaseRows(
   const leaseExpiresAt = now + p.leaseMs;
   const lease = h.stmt(CLAIM_LEASE);
   const insertAttempt = h.stmt(
-    `INSERT INTO attempts (job_id, attempt_no, request_key, request_fingerprint, state, owner_id, lease_token, leased_at, lease_expires_at, lease_ms)
-   VALUES (?, ?, ?, ?, 'LEASED', ?, ?, ?, ?, ?)`,
+    `INSERT INTO attempts (job_id, attempt_no, state, owner_id, lease_token, leased_at, lease_expires_at, lease_ms)
+   VALUES (?, ?, 'LEASED', ?, ?, ?, ?, ?)`,
   );
   const out: ClaimedAttempt[] = new Array<ClaimedAttempt>(rows.length);
   for (let i = 0; i < rows.length; i++) {
@@ -143,17 +144,7 @@ export function leaseRows(
     const job = jobFromTuple(r);
     const attemptNo = job.attemptCount;
     const token = newLeaseToken();
-    insertAttempt.run(
-      job.id,
-      attemptNo,
-      job.requestKey,
-      job.fingerprint,
-      p.ownerId,
-      token,
-      now,
-      leaseExpiresAt,
-      p.leaseMs,
-    );
+    insertAttempt.run(job.id, attemptNo, p.ownerId, token, now, leaseExpiresAt, p.leaseMs);
     out[i] = {
       job,
       attempt: newLeasedAttempt(job, {
@@ -181,7 +172,7 @@ export function attemptDispatchMany(
        WHERE job_id = ? AND attempt_no = ? AND lease_token = ? AND state = 'LEASED'
          AND lease_expires_at > ? AND dispatched_at IS NULL
          AND EXISTS (SELECT 1 FROM jobs WHERE id = ? AND state = 'LEASED' AND attempt_count = ?)
-       RETURNING lease_expires_at, owner_id, request_fingerprint, lease_ms`,
+       RETURNING lease_expires_at, owner_id, lease_ms`,
     );
     return p.leases.map((lease): DispatchMarkResult => {
       const r = mark.get(
@@ -192,17 +183,18 @@ export function attemptDispatchMany(
         now,
         lease.jobId,
         lease.attemptNo,
-      ) as
-        | [leaseExpiresAt: number, ownerId: string, fingerprint: string, leaseMs: number | null]
-        | undefined;
+      ) as [leaseExpiresAt: number, ownerId: string, leaseMs: number | null] | undefined;
       if (r) {
         // An attempt leased with its steps as columns has its marker as its `dispatched` step;
         // one leased before them (migration 11) gets the event, as before.
-        if (r[3] === null)
+        if (r[2] === null)
           h.writer.event(
             lease.jobId,
             lease.attemptNo,
-            r[2],
+            h
+              .stmt('SELECT request_fingerprint FROM jobs WHERE id = ?')
+              .pluck()
+              .get(lease.jobId) as string,
             'dispatched',
             null,
             null,

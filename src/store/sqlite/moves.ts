@@ -56,7 +56,7 @@ export interface FenceView {
 export function fenceView(h: SqliteHandle, lease: LeaseRef): FenceView | undefined {
   const r = h
     .rawStmt(
-      `SELECT a.rowid, a.state, a.lease_token, a.lease_expires_at, a.dispatched_at, a.request_fingerprint,
+      `SELECT a.rowid, a.state, a.lease_token, a.lease_expires_at, a.dispatched_at, j.request_fingerprint,
             a.owner_id, j.rowid, j.state, j.attempt_count, j.next_check_at
      FROM attempts a JOIN jobs j ON j.id = a.job_id
      WHERE a.job_id = ? AND a.attempt_no = ?`,
@@ -172,8 +172,7 @@ export function jobTransition(h: SqliteHandle, t: JobTransition): Promise<boolea
     assertTransitionLegal(t);
     const now = h.now();
     const job = getJob(h, t.jobId);
-    const attempt =
-      job && job.attemptCount > 0 ? getAttempt(h, job.id, job.attemptCount) : undefined;
+    const attempt = job && job.attemptCount > 0 ? getAttempt(h, job, job.attemptCount) : undefined;
     const history = job && needsHistory(t.to) ? attemptFacts(h, job.id) : undefined;
     const w = planTransition({ job, attempt, t, history, now });
     if (!w) return false;
@@ -190,7 +189,7 @@ export function jobCancel(
     const now = h.now();
     const job = getJob(h, p.id);
     if (!job) return null;
-    const attempt = job.state === 'LEASED' ? getAttempt(h, job.id, job.attemptCount) : undefined;
+    const attempt = job.state === 'LEASED' ? getAttempt(h, job, job.attemptCount) : undefined;
     const plan = planCancel({ job, attempt, actor: p.actor, reason: p.reason, by: p.by, now });
     if ('why' in plan) return { cancelled: false, job, why: plan.why };
     writePlan(h, { job }, plan.write);

@@ -46,13 +46,13 @@ export function getJob(h: SqliteHandle, id: string): JobRecord | undefined {
 
 export function getAttempt(
   h: SqliteHandle,
-  jobId: string,
+  job: JobRecord,
   attemptNo: number,
 ): AttemptRecord | undefined {
   const row = h
     .stmt('SELECT * FROM attempts WHERE job_id = ? AND attempt_no = ?')
-    .get(jobId, attemptNo) as AttemptRow | undefined;
-  return row && attemptFromRow(row);
+    .get(job.id, attemptNo) as AttemptRow | undefined;
+  return row && attemptFromRow(row, job);
 }
 
 /** What plan/proof.ts reads of a job's attempts (inside the write transaction). */
@@ -119,7 +119,10 @@ export function attemptExpiredList(
         `SELECT * FROM attempts WHERE state = 'LEASED' AND lease_expires_at + ? < ? ORDER BY lease_expires_at ${LIMIT_PARAM}`,
       )
       .all(p.skewMs, now, p.limit) as AttemptRow[];
-    return rows.map((r) => ({ attempt: attemptFromRow(r), job: getJob(h, r.job_id)! }));
+    return rows.map((r) => {
+      const job = getJob(h, r.job_id)!;
+      return { attempt: attemptFromRow(r, job), job };
+    });
   });
 }
 

@@ -13,8 +13,10 @@ export interface Migration {
    * through `PRAGMA writable_schema` in the migration's transaction, the procedure SQLite
    * documents for CHECK constraints (no table rebuild). A `from` absent from its table (already
    * rewritten, or a table edited by hand) leaves that table as it is; found twice, it throws.
+   * A `required` rewrite is one the code's writes depend on (a NOT NULL removed): absent, with
+   * its `to` absent too (a table edited by hand), it throws instead.
    */
-  rewrites?: readonly { table: string; from: string; to: string }[];
+  rewrites?: readonly { table: string; from: string; to: string; required?: boolean }[];
   /**
    * Columns added (ALTER TABLE … ADD COLUMN) before `sql` runs, each only if its table lacks it:
    * SQLite has no ADD COLUMN IF NOT EXISTS, and a migration run again over its own work (a
@@ -348,6 +350,29 @@ CREATE TRIGGER attempts_facts_once
     name: 'jobs by operation, newest first',
     sql: `CREATE INDEX IF NOT EXISTS jobs_operation ON jobs (operation, id);`,
   },
+  {
+    // As the PostgreSQL migration 13 (see there): no attempts_one_lease, and new attempts do not
+    // copy their job's request key and fingerprint. SQLite cannot drop a NOT NULL with ALTER
+    // TABLE; removing one through the stored text is among the edits SQLite documents as safe
+    // (every stored row stays valid), and needs no table rebuild.
+    version: 13,
+    name: 'attempts without the job copies or the one-lease index',
+    sql: `DROP INDEX IF EXISTS attempts_one_lease;`,
+    rewrites: [
+      {
+        table: 'attempts',
+        from: 'request_key              TEXT NOT NULL',
+        to: 'request_key              TEXT',
+        required: true,
+      },
+      {
+        table: 'attempts',
+        from: 'request_fingerprint      TEXT NOT NULL',
+        to: 'request_fingerprint      TEXT',
+        required: true,
+      },
+    ],
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
@@ -377,6 +402,10 @@ export function rewriteTables(
       // Not there: already rewritten (a migrations table rolled back by hand), or a table edited
       // by hand. Its constraint is then left as it is: a rewrite only ever replaces a constraint
       // with an equivalent one, so leaving it changes no rule, only its cost.
+      if (found === 0 && r.required && !row?.sql.includes(r.to))
+        throw new Error(
+          `migration: table ${r.table} has neither ${JSON.stringify(r.from)} nor ${JSON.stringify(r.to)}: edit it to the latter by hand`,
+        );
       if (found === 0) continue;
       if (found > 1)
         throw new Error(
