@@ -84,7 +84,7 @@ const FOUND_AT: Record<string, { seed: number; finding: RegExp }> = {
   'lookup-before-horizon': { seed: 24, finding: /effect committed 2 times/ },
   'dedup-ignores-operation': { seed: 1, finding: /dedup across operations/ },
   'marker-after-dispatch': { seed: 2, finding: /effect committed 2 times/ },
-  'unfenced-outcome': { seed: 8, finding: /the job moved on without its owner's end/ },
+  'unfenced-outcome': { seed: 8, finding: /effect committed 2 times/ },
   'new-key-on-retry': { seed: 1, finding: /SUCCEEDED but the downstream has 0 effects/ },
   'same-key-resend': { seed: 1, finding: /effect committed 2 times/ },
   // Issue #33.2 as it was before its fix: a restored approval left waiting, then approved again.
