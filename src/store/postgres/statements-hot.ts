@@ -118,17 +118,14 @@ picked AS MATERIALIZED (
      * of the reclaimer), and the clock is read per row after its lock. Returns those extended.
      */
     attemptHeartbeat: `
-WITH input AS MATERIALIZED (
-  SELECT r.*, 'LEASED'::text AS leased
-  FROM json_to_recordset($1::json) AS r(job_id text, attempt_no int, lease_token text)
-),
+WITH input AS MATERIALIZED (SELECT r.*, 'LEASED'::text AS leased
+  FROM json_to_recordset($1::json) AS r(job_id text, attempt_no int, lease_token text)),
 held AS (
   SELECT a.job_id, a.attempt_no
   FROM input r
   JOIN ${attempts} a
     ON a.job_id = r.job_id AND a.attempt_no = r.attempt_no AND a.lease_token = r.lease_token
-  -- By key, one lookup per lease: the state is compared with the batch's column, not a constant
-  -- that would match the partial indexes of LEASED attempts (see attemptDispatch).
+  -- One primary-key lookup per lease: the state is compared with the batch's column (see the marker).
   WHERE a.state = r.leased
   ORDER BY a.job_id
   FOR UPDATE OF a
@@ -171,10 +168,9 @@ marked AS (
   -- The clock is read per row as it is updated, after any wait for its lock.
   UPDATE ${attempts} a SET dispatched_at = ${NOW}
   FROM input i
-  -- One primary-key lookup per lease, in the batch's order. The state is compared with the
-  -- batch's own column, not a constant: a constant matched the partial indexes of LEASED
-  -- attempts, which the planner (its statistics seeing a handful of live entries) read whole,
-  -- dead entries included, and then joined with the batch in a nested loop, batch × batch.
+  -- One primary-key lookup per lease: the state is compared with the batch's column, as a
+  -- constant matched the partial indexes of LEASED attempts, read whole (dead entries too) in a
+  -- nested loop with the batch, batch × batch (the planner's statistics see few live entries).
   WHERE a.job_id = i.job_id AND a.attempt_no = i.attempt_no AND a.lease_token = i.lease_token
     AND a.state = i.leased AND a.dispatched_at IS NULL AND a.lease_expires_at > ${NOW}
   RETURNING a.job_id, a.attempt_no, a.lease_token, a.lease_expires_at, a.dispatched_at,
