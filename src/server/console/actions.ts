@@ -81,11 +81,7 @@ export async function decideApprovals(
       const detail = await deps.queue.job(id);
       if (!detail) throw new JobNotFound(id);
       authorize(p, 'approve', { protectReads: deps.protectReads, operation: detail.job.operation });
-      if (
-        selfApprovalRefused &&
-        approve &&
-        detail.enqueuedBy === enqueuerOf(p)
-      )
+      if (selfApprovalRefused && approve && detail.enqueuedBy === enqueuerOf(p))
         throw new NotPermitted(
           `you enqueued job ${id}: this server refuses an approval by the principal that asked for the job (four eyes)`,
         );
