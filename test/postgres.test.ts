@@ -34,7 +34,7 @@ import {
   MIGRATIONS_TABLE_SQL,
 } from '../src/store/postgres/schema.js';
 import type { Store } from '../src/store/store.js';
-import { startDownstream } from '../src/testkit/downstream.js';
+import { OK, startDownstream } from '../src/testkit/downstream.js';
 import { startWorkerChild, type WorkerChild } from '../src/testkit/fleet.js';
 import { downstreamOperation } from '../src/testkit/operations.js';
 import {
@@ -895,6 +895,9 @@ describe.skipIf(pgReason !== null)(
         // sent twice is two effects here, so a blind resend cannot hide behind the downstream.
         const downstream = await startDownstream({
           honourIdempotencyKey: (key) => key.startsWith('idempotent-'),
+          // A request without dedup takes 100 ms, so kills land while some are in flight: their
+          // attempts end UNKNOWN with the effect done (a blind resend is then a second effect).
+          behaviour: (r) => (r.key.startsWith('none-') ? { action: 'ok', delayMs: 100 } : OK),
         });
         onTestFinished(() => downstream.close());
         const q = await queueOn(t.url);

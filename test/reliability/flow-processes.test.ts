@@ -110,7 +110,11 @@ describe('flow control across processes: a 60-second rate, both stores at once',
       e(mean, seen).toBeGreaterThanOrEqual(strict ? 19 : 18.5);
       // Every second at 19 or more where the host gives the workers the CPU to keep up (a
       // two-core box shared with other suites starves all of them at once for a few hundred ms).
-      e(Math.min(...perSecond), seen).toBeGreaterThanOrEqual(strict ? 19 : 12);
+      // On such a host the floor is the store's starts: a stalled dispatch moves a second's
+      // arrivals into the next (seen in CI: 11 then 27 arrivals, 20 and 20 starts).
+      e(Math.min(...(strict ? perSecond : startsPerSecond)), seen).toBeGreaterThanOrEqual(
+        strict ? 19 : 12,
+      );
       expectEachOnce(ds, e);
     },
   );
