@@ -7,7 +7,8 @@
  * twice), the worker process's CPU per job, and the store's writes per second over the run: PostgreSQL's commits and rows written in the run's database, Redis's
  * commands, and on SQLite the bytes the worker process sent to the disk.
  */
-import { hostMs, seededRandom, sleep, waitUntil } from './lib.js';
+import { mulberry32 } from '../src/runtime/faults.js';
+import { hostMs, sleep, waitUntil } from './lib.js';
 import { readyWorkers } from './remote-worker.js';
 import type { Payload } from './systems/system.js';
 import type { Metrics, Workload } from './workloads.js';
@@ -22,7 +23,7 @@ const COUNTERS_SETTLE_MS = 1_200;
 
 /** Each job's wait in ms, uniform in [lo, hi), the same sequence on every call. */
 export function agentWaits(n: number, [lo, hi]: [number, number]): number[] {
-  const next = seededRandom(SEED);
+  const next = mulberry32(SEED);
   return Array.from({ length: n }, () => Math.round(lo + next() * (hi - lo)));
 }
 

@@ -197,21 +197,6 @@ export async function inFlight(
 }
 
 /**
- * A seeded generator of uniform numbers in [0, 1) (mulberry32): the agent workload's waits are
- * the same for every system and every round.
- */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-/**
  * PostgreSQL's cumulative counters of one database (pg_stat_database): transactions committed
  * (read-only ones included, such as pollers') and rows inserted, updated and deleted. A backend
  * sends its counts to them at most once a second and when it exits: read them a second after
