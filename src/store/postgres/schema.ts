@@ -15,6 +15,30 @@ export interface Migration {
 const JOB_STATES = `'QUEUED','LEASED','UNKNOWN','NEEDS_REVIEW','SUCCEEDED','FAILED','CANCELLED'`;
 const ATTEMPT_STATES = `'LEASED','SUCCEEDED','FAILED_BEFORE_SEND','FAILED','UNKNOWN'`;
 
+/**
+ * The write-once triggers of the recorded steps (invariant 8): migration 11 made them BEFORE
+ * UPDATE, migration 13 AFTER UPDATE (a BEFORE row trigger makes PostgreSQL log a row lock even
+ * when its WHEN is false). One text, so the two migrations guard the same columns.
+ */
+function factsOnceTriggers(timing: 'BEFORE' | 'AFTER'): string {
+  return `DROP TRIGGER IF EXISTS jobs_facts_once ON jobs;
+CREATE TRIGGER jobs_facts_once ${timing} UPDATE ON jobs FOR EACH ROW
+  WHEN (OLD.enqueue_actor IS DISTINCT FROM NEW.enqueue_actor
+    OR OLD.created_at IS DISTINCT FROM NEW.created_at)
+  EXECUTE FUNCTION facts_write_once();
+DROP TRIGGER IF EXISTS attempts_facts_once ON attempts;
+CREATE TRIGGER attempts_facts_once ${timing} UPDATE ON attempts FOR EACH ROW
+  WHEN (OLD.lease_ms IS DISTINCT FROM NEW.lease_ms
+    OR OLD.leased_at IS DISTINCT FROM NEW.leased_at
+    OR OLD.owner_id IS DISTINCT FROM NEW.owner_id
+    OR (OLD.dispatched_at IS NOT NULL AND NEW.dispatched_at IS DISTINCT FROM OLD.dispatched_at)
+    OR (OLD.ended_job IS NOT NULL AND (NEW.ended_job, NEW.state, NEW.finished_at, NEW.reason,
+      NEW.result_json, NEW.error_json) IS DISTINCT FROM (OLD.ended_job, OLD.state,
+      OLD.finished_at, OLD.reason, OLD.result_json, OLD.error_json))
+    OR (OLD.state <> 'LEASED' AND NEW.ended_job IS DISTINCT FROM OLD.ended_job))
+  EXECUTE FUNCTION facts_write_once();`;
+}
+
 export const MIGRATIONS: readonly Migration[] = [
   {
     version: 1,
@@ -327,22 +351,7 @@ BEGIN
     USING ERRCODE = 'restrict_violation';
 END
 $$;
-DROP TRIGGER IF EXISTS jobs_facts_once ON jobs;
-CREATE TRIGGER jobs_facts_once BEFORE UPDATE ON jobs FOR EACH ROW
-  WHEN (OLD.enqueue_actor IS DISTINCT FROM NEW.enqueue_actor
-    OR OLD.created_at IS DISTINCT FROM NEW.created_at)
-  EXECUTE FUNCTION facts_write_once();
-DROP TRIGGER IF EXISTS attempts_facts_once ON attempts;
-CREATE TRIGGER attempts_facts_once BEFORE UPDATE ON attempts FOR EACH ROW
-  WHEN (OLD.lease_ms IS DISTINCT FROM NEW.lease_ms
-    OR OLD.leased_at IS DISTINCT FROM NEW.leased_at
-    OR OLD.owner_id IS DISTINCT FROM NEW.owner_id
-    OR (OLD.dispatched_at IS NOT NULL AND NEW.dispatched_at IS DISTINCT FROM OLD.dispatched_at)
-    OR (OLD.ended_job IS NOT NULL AND (NEW.ended_job, NEW.state, NEW.finished_at, NEW.reason,
-      NEW.result_json, NEW.error_json) IS DISTINCT FROM (OLD.ended_job, OLD.state,
-      OLD.finished_at, OLD.reason, OLD.result_json, OLD.error_json))
-    OR (OLD.state <> 'LEASED' AND NEW.ended_job IS DISTINCT FROM OLD.ended_job))
-  EXECUTE FUNCTION facts_write_once();
+${factsOnceTriggers('BEFORE')}
 -- Outcome notifications cost only the jobs someone waits for: \`watched\` is set when a waiter
 -- watches the job (outcome-notify.ts), and the row trigger's WHEN tests it, so an update of any
 -- other job calls no function and builds no transition table (migration 4's statement trigger
@@ -400,22 +409,7 @@ DROP INDEX IF EXISTS attempts_one_lease;
 ALTER TABLE attempts
   ALTER COLUMN request_key DROP NOT NULL,
   ALTER COLUMN request_fingerprint DROP NOT NULL;
-DROP TRIGGER IF EXISTS jobs_facts_once ON jobs;
-CREATE TRIGGER jobs_facts_once AFTER UPDATE ON jobs FOR EACH ROW
-  WHEN (OLD.enqueue_actor IS DISTINCT FROM NEW.enqueue_actor
-    OR OLD.created_at IS DISTINCT FROM NEW.created_at)
-  EXECUTE FUNCTION facts_write_once();
-DROP TRIGGER IF EXISTS attempts_facts_once ON attempts;
-CREATE TRIGGER attempts_facts_once AFTER UPDATE ON attempts FOR EACH ROW
-  WHEN (OLD.lease_ms IS DISTINCT FROM NEW.lease_ms
-    OR OLD.leased_at IS DISTINCT FROM NEW.leased_at
-    OR OLD.owner_id IS DISTINCT FROM NEW.owner_id
-    OR (OLD.dispatched_at IS NOT NULL AND NEW.dispatched_at IS DISTINCT FROM OLD.dispatched_at)
-    OR (OLD.ended_job IS NOT NULL AND (NEW.ended_job, NEW.state, NEW.finished_at, NEW.reason,
-      NEW.result_json, NEW.error_json) IS DISTINCT FROM (OLD.ended_job, OLD.state,
-      OLD.finished_at, OLD.reason, OLD.result_json, OLD.error_json))
-    OR (OLD.state <> 'LEASED' AND NEW.ended_job IS DISTINCT FROM OLD.ended_job))
-  EXECUTE FUNCTION facts_write_once();
+${factsOnceTriggers('AFTER')}
 `,
   },
 ];
