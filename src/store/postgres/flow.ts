@@ -10,6 +10,10 @@
  * one key are in the order of their times, and each judged the window that ends at its own
  * leases. A hold (flowBackoff) waits for the key's lock: it lands between two decisions, never
  * between a decision and its leases.
+ *
+ * An operation limited by concurrency alone needs none of the plan's rate arithmetic: its claim is
+ * one statement that does the same steps in SQL (`flowClaimConcurrency`), and counts the leases
+ * through a function whose query takes its own snapshot, after the key locks.
  */
 import type { FlowLimit } from '../../core/flow.js';
 import {
@@ -47,9 +51,13 @@ interface CandidateRow {
   due_at: number;
 }
 
-/** One advisory lock per limit key (hashed by the statement; a collision only skips a key). */
-const lockName = (schema: string, kind: string, op: string, key: string) =>
+/**
+ * One advisory lock per limit key (hashed by the statement; a collision only skips a key). The
+ * one-statement claim makes the same name in SQL (statements-flow.ts `lockNameSql`).
+ */
+export const flowLockName = (schema: string, kind: 'c' | 'r', op: string, key: string) =>
   JSON.stringify([schema, kind, op, key]);
+const lockName = flowLockName;
 
 export async function attemptClaimLimited(
   h: PgHandle,
@@ -59,20 +67,72 @@ export async function attemptClaimLimited(
   if (p.queues.length === 0 || p.limits.length === 0 || p.limit <= 0)
     return { claimed: [], retryInMs: null, held: [] };
   const queues = [...new Set(p.queues)];
-  const since = h.commits.start();
-  const result = await h.db.tx(async (c) => {
-    const out: FlowClaimResult = { claimed: [], retryInMs: null, held: [] };
-    for (const limit of p.limits) {
-      const want = p.limit - out.claimed.length;
-      if (want <= 0) break;
-      const one = await claimOne(h, c, schema, queues, limit, want, p);
-      out.claimed.push(...one.claimed);
-      tallyFlowOutcome(out, limit.operation, one);
-    }
-    return out;
-  });
-  h.commits.emit('claim', 1, since);
-  return result;
+  const out: FlowClaimResult = { claimed: [], retryInMs: null, held: [] };
+  // Each operation in a transaction of its own: its keys' locks are its own.
+  for (const limit of p.limits) {
+    const want = p.limit - out.claimed.length;
+    if (want <= 0) break;
+    const since = h.commits.start();
+    const one =
+      limit.rate || !limit.concurrency
+        ? await h.db.tx((c) => claimOne(h, c, schema, queues, limit, want, p))
+        : await claimConcurrent(h, schema, queues, limit, want, p);
+    h.commits.emit('claim', 1, since);
+    out.claimed.push(...one.claimed);
+    tallyFlowOutcome(out, limit.operation, one);
+  }
+  return out;
+}
+
+/** The claim's statements are prepared under this name on each pooled connection. */
+const CLAIM_CONCURRENCY = 'reckon_flow_claim_concurrency';
+
+/**
+ * An operation limited by concurrency alone: one prepared statement, its own transaction (see
+ * `flowClaimConcurrency`), judged in SQL as `planFlowClaim` judges concurrency.
+ */
+async function claimConcurrent(
+  h: PgHandle,
+  schema: string,
+  queues: string[],
+  limit: FlowLimit,
+  want: number,
+  p: FlowClaimParams,
+): Promise<FlowOutcome & { claimed: ClaimedAttempt[] }> {
+  const r = await h.db.statement<ClaimRow & { held: string }>(
+    CLAIM_CONCURRENCY,
+    h.sql.flowClaimConcurrency,
+    [
+      queues,
+      limit.operation,
+      p.ownerId,
+      p.leaseMs,
+      flowCandidateWindow(want),
+      limit.concurrency!.max,
+      want,
+      schema,
+    ],
+  );
+  const rows = r.rows.filter((row) => row.id !== null);
+  return {
+    claimed: rows.map((row) => claimedFromRow(row, p.ownerId)),
+    heldByRate: 0,
+    heldByConcurrency: Number(r.rows[0]?.held ?? 0),
+    retryInMs: null,
+  };
+}
+
+function claimedFromRow(row: ClaimRow, ownerId: string): ClaimedAttempt {
+  const job = jobFromRow(row);
+  return {
+    job,
+    attempt: newLeasedAttempt(job, {
+      ownerId,
+      leaseToken: row.a_lease_token,
+      leasedAt: row.a_leased_at,
+      leaseExpiresAt: row.a_lease_expires_at,
+    }),
+  };
 }
 
 async function claimOne(
@@ -122,19 +182,7 @@ async function claimOne(
     [...plan.nextStartAt.keys()],
     [...plan.nextStartAt.values()],
   ]);
-  const claimed = leased.rows.map((row) => {
-    const job = jobFromRow(row);
-    return {
-      job,
-      attempt: newLeasedAttempt(job, {
-        ownerId: p.ownerId,
-        leaseToken: row.a_lease_token,
-        leasedAt: row.a_leased_at,
-        leaseExpiresAt: row.a_lease_expires_at,
-      }),
-    };
-  });
-  return { claimed, ...outcome };
+  return { claimed: leased.rows.map((row) => claimedFromRow(row, p.ownerId)), ...outcome };
 }
 
 /** When the earliest hold (a key's next start) of the operation ends, in ms from now, or null. */

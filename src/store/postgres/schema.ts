@@ -412,6 +412,25 @@ ALTER TABLE attempts
 ${factsOnceTriggers('AFTER')}
 `,
   },
+  {
+    // The claim of an operation limited by concurrency alone is one statement (issue #30): it
+    // locks its candidates and their keys, then must count the key's leases in a snapshot taken
+    // after the key locks, which the statement's own is not. A VOLATILE function's query takes
+    // one of its own: this is that count. Along jobs_flow_leased.
+    version: 14,
+    name: 'flow: leases per concurrency key, counted fresh',
+    sql: `
+CREATE OR REPLACE FUNCTION flow_leased(op text, keys text[])
+RETURNS TABLE (key text, n bigint) LANGUAGE plpgsql VOLATILE ROWS 10
+SET search_path FROM CURRENT AS $$
+BEGIN
+  RETURN QUERY SELECT j.concurrency_key, count(*) FROM jobs j
+    WHERE j.state = 'LEASED' AND j.concurrency_key IS NOT NULL AND j.operation = op
+      AND j.concurrency_key = ANY (keys)
+    GROUP BY j.concurrency_key;
+END $$;
+`,
+  },
 ];
 
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

@@ -9,57 +9,149 @@ import { NOW, fromMs, millis, toMs, type Tables } from './sql-parts.js';
 /** The first key of the limited claim's advisory locks: "reckon flow". */
 export const FLOW_LOCK_NAMESPACE = 0x7265_6b66;
 
-function flowCandidatesSql(t: Tables): string {
+/** The placeholders (or SQL) of the candidates' inputs: each statement numbers its own. */
+interface CandidateArgs {
+  /** queues (text[]), the operation (text), how many rows to read (int). */
+  queues: string;
+  operation: string;
+  window: string;
+  /** The concurrency max (int; null: no limit). */
+  concurrencyMax: string;
+  /** The rate max (int; null: no limit) and window (ms); null: the operation has no rate limit. */
+  rate: { max: string; perMs: string } | null;
+  /** Lock the rows (SKIP LOCKED); false: read them as the snapshot has them. */
+  lock: boolean;
+}
+
+/**
+ * Due QUEUED jobs of the operation in claim order, locked (skipping those other claimers hold),
+ * leaving out keys already at a limit as committed in the statement's snapshot: the judgement of
+ * the rest comes after the key locks. Each queue is read on its own along `jobs_claim` (with
+ * `queue = ANY($1)` the planner read and sorted every waiting job of the operation on each
+ * claim), so the walk stops at the window. Reads the CTE `now` (column t).
+ */
+function flowCandidatesFrom(t: Tables, a: CandidateArgs): string {
   const { s, jobs } = t;
-  /**
-   * $1 queues (text[]), $2 operation, $3 window (rows), $4 concurrency max (null: no limit),
-   * $5 rate max (null: no limit), $6 rate window (ms). Due QUEUED jobs of the operation in claim
-   * order, locked (skipping those other claimers hold), leaving out keys already at a limit as
-   * committed now: the plan (plan/flow.ts) judges the rest after the key locks. Each queue is
-   * read on its own along `jobs_claim` (with `queue = ANY($1)` the planner read and sorted
-   * every waiting job of the operation on each claim), so the walk stops at the window.
-   */
+  const rate = a.rate
+    ? `AND (${a.rate.max}::int IS NULL OR coalesce(j.rate_key, '') <> ALL (ARRAY(
+      SELECT f.rate_key FROM ${s}.flow_starts f
+      WHERE f.operation = ${a.operation}::text AND f.at > (SELECT t FROM now) - ${millis(a.rate.perMs)}
+      GROUP BY f.rate_key HAVING count(*) >= ${a.rate.max}::int
+      UNION ALL
+      SELECT h.rate_key FROM ${s}.flow_holds h
+      WHERE h.operation = ${a.operation}::text AND h.until > (SELECT t FROM now))))`
+    : '';
   return `
-WITH now AS MATERIALIZED (SELECT ${NOW} AS t)
-SELECT c.id, c.rate_key, c.concurrency_key, ${toMs('c.run_at')} AS due_at
+SELECT c.id, c.rate_key, c.concurrency_key, c.priority, c.run_at, ${toMs('c.run_at')} AS due_at
 -- In the column's collation ("C"): compared in the text default's, jobs_claim was not used.
 -- Paused queues and the paused operation are left out here, once per queue: as a filter on the
 -- jobs, the planner took the queue's (single) value to fail it and read every waiting job.
 FROM (
-  SELECT DISTINCT q COLLATE "C" AS q FROM unnest($1::text[]) AS q
+  SELECT DISTINCT q COLLATE "C" AS q FROM unnest(${a.queues}::text[]) AS q
   WHERE q <> ALL (ARRAY(SELECT name FROM ${s}.flow_pauses WHERE kind = 'queue'))
-    AND $2::text <> ALL (ARRAY(SELECT name FROM ${s}.flow_pauses WHERE kind = 'operation'))
+    AND ${a.operation}::text <> ALL (ARRAY(SELECT name FROM ${s}.flow_pauses WHERE kind = 'operation'))
 ) qs
 CROSS JOIN LATERAL (
   SELECT j.id, coalesce(j.rate_key, '') AS rate_key,
     coalesce(j.concurrency_key, '') AS concurrency_key, j.priority, j.run_at
   FROM ${jobs} j
   WHERE j.state = 'QUEUED' AND j.queue = qs.q AND j.run_at <= (SELECT t FROM now)
-    AND j.operation = $2::text
-    AND ($4::int IS NULL OR coalesce(j.concurrency_key, '') <> ALL (ARRAY(
+    AND j.operation = ${a.operation}::text
+    AND (${a.concurrencyMax}::int IS NULL OR coalesce(j.concurrency_key, '') <> ALL (ARRAY(
       SELECT l.concurrency_key FROM ${jobs} l
-      WHERE l.state = 'LEASED' AND l.concurrency_key IS NOT NULL AND l.operation = $2::text
-      GROUP BY l.concurrency_key HAVING count(*) >= $4::int)))
-    AND ($5::int IS NULL OR coalesce(j.rate_key, '') <> ALL (ARRAY(
-      SELECT f.rate_key FROM ${s}.flow_starts f
-      WHERE f.operation = $2::text AND f.at > (SELECT t FROM now) - ${millis('$6')}
-      GROUP BY f.rate_key HAVING count(*) >= $5::int
-      UNION ALL
-      SELECT h.rate_key FROM ${s}.flow_holds h
-      WHERE h.operation = $2::text AND h.until > (SELECT t FROM now))))
+      WHERE l.state = 'LEASED' AND l.concurrency_key IS NOT NULL AND l.operation = ${a.operation}::text
+      GROUP BY l.concurrency_key HAVING count(*) >= ${a.concurrencyMax}::int)))
+    ${rate}
   ORDER BY j.priority DESC, j.run_at, j.id
-  LIMIT $3::int
-  FOR UPDATE SKIP LOCKED
+  LIMIT ${a.window}::int${a.lock ? ' FOR UPDATE SKIP LOCKED' : ''}
 ) c
 ORDER BY c.priority DESC, c.run_at, c.id
-LIMIT $3::int`;
+LIMIT ${a.window}::int`;
+}
+
+/**
+ * A key's advisory lock name, as flow.ts's `lockName` makes it (JSON.stringify of [schema, kind,
+ * operation, key]): a claim of either shape excludes the other on the same key.
+ */
+function lockNameSql(schema: string, kind: 'c' | 'r', operation: string, key: string): string {
+  return `'[' || to_json(${schema}::text)::text || ',"${kind}",' || to_json(${operation}::text)::text
+    || ',' || to_json(${key}::text)::text || ']'`;
+}
+
+/**
+ * The claim of an operation limited by concurrency alone, in ONE statement (its own transaction):
+ * $1 queues (text[]), $2 operation, $3 owner, $4 lease (ms), $5 window (rows), $6 concurrency max,
+ * $7 how many to lease, $8 the schema's name (for the lock names). The candidates are locked, then
+ * each of their keys' advisory locks that is free (a key another claimer holds is skipped, never
+ * waited for), then the jobs leased per locked key are counted by `flow_leased`: a VOLATILE
+ * function, so its query takes a snapshot of its own, after the locks, and sees every lease a
+ * claim that held a key before has committed (the statement's own snapshot, older than the
+ * locks, may not). The jobs of a key are taken in claim order while the key has room, up to $7.
+ * Answers the leases and, on each row (a row of NULLs when none), how many due jobs were left
+ * behind by the limit before the last one taken (the plan's `heldByConcurrency`).
+ */
+function flowClaimConcurrencySql(t: Tables): string {
+  const { s, jobs } = t;
+  return claim(
+    t,
+    `
+-- Read, not locked: only the jobs taken are locked, below (a lock is a WAL record).
+cand AS MATERIALIZED (${flowCandidatesFrom(t, {
+      queues: '$1',
+      operation: '$2',
+      window: '$5',
+      concurrencyMax: '$6',
+      rate: null,
+      lock: false,
+    })}
+),
+-- In claim order, each candidate takes its key's lock until $7 have one (a later candidate of a
+-- key this claim holds takes it again: no conflict); a key another claimer holds is skipped.
+-- The scan of a CTE keeps its rows' order, and the limit stops the scan: no lock past it.
+mine AS MATERIALIZED (
+  SELECT c.id, c.concurrency_key, c.priority, c.run_at FROM cand c
+  WHERE pg_try_advisory_xact_lock(${FLOW_LOCK_NAMESPACE}, hashtext(${lockNameSql('$8', 'c', '$2', 'c.concurrency_key')}))
+  LIMIT $7::int
+),
+busy AS MATERIALIZED (
+  SELECT b.key, b.n FROM ${s}.flow_leased($2::text, ARRAY(SELECT DISTINCT m.concurrency_key FROM mine m)) b
+),
+judged AS MATERIALIZED (
+  SELECT c.id, row_number() OVER (PARTITION BY c.concurrency_key
+    ORDER BY c.priority DESC, c.run_at, c.id) + coalesce(b.n, 0) <= $6::int AS fits
+  FROM mine c LEFT JOIN busy b ON b.key = c.concurrency_key
+),
+-- Locked now, skipping what another transaction holds, on their latest versions: a job leased
+-- by a claim that committed after this statement's snapshot is QUEUED no more, and is left.
+-- The state is compared with a value the planner cannot see, so the jobs are found by id.
+picked AS MATERIALIZED (
+  SELECT j.id FROM ${jobs} j
+  WHERE j.id = ANY (ARRAY(SELECT d.id FROM judged d WHERE d.fits))
+    AND j.state = (SELECT 'QUEUED'::text)
+  FOR UPDATE SKIP LOCKED
+)`,
+    NOW,
+    '(SELECT count(*) FROM judged d WHERE NOT d.fits)',
+  );
 }
 
 export function flowStatements(t: Tables) {
   const { s, jobs } = t;
-  const flowCandidates = flowCandidatesSql(t);
   return {
-    flowCandidates,
+    /**
+     * $1 queues (text[]), $2 operation, $3 window (rows), $4 concurrency max (null: no limit),
+     * $5 rate max (null: no limit), $6 rate window (ms). See `flowCandidatesFrom`: the plan
+     * (plan/flow.ts) judges these after the key locks.
+     */
+    flowCandidates: `WITH now AS MATERIALIZED (SELECT ${NOW} AS t)${flowCandidatesFrom(t, {
+      queues: '$1',
+      operation: '$2',
+      window: '$3',
+      concurrencyMax: '$4',
+      rate: { max: '$5', perMs: '$6' },
+      lock: true,
+    })}`,
+    flowClaimConcurrency: flowClaimConcurrencySql(t),
     /**
      * $1 lock names (text[]). Takes each transaction-scoped advisory lock that is free, never
      * waiting: a name another claimer holds is skipped. Returns the names taken.

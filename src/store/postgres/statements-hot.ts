@@ -23,7 +23,7 @@ import {
 // transaction only): nothing acts on a claim but its dispatch marker, a synchronous commit
 // after it, and WAL is flushed in order, so the marker is never durable without its claim. A
 // claim lost to a server crash was acted on by nobody: its job is simply QUEUED again.
-export function claim(t: Tables, picked: string, now = NOW): string {
+export function claim(t: Tables, picked: string, now = NOW, held?: string): string {
   const { jobs, attempts } = t;
   return `
 WITH now AS MATERIALIZED (SELECT ${now} AS t, set_config('synchronous_commit', 'off', true) AS async),${picked},
@@ -52,8 +52,14 @@ attempt AS (
 )
 SELECT ${jobColumns('l')},
   l.a_lease_token, ${toMs('l.a_leased_at')} AS a_leased_at,
-  ${toMs('l.a_lease_expires_at')} AS a_lease_expires_at
-FROM leased l
+  ${toMs('l.a_lease_expires_at')} AS a_lease_expires_at${
+    // \`held\`: a count the claim also answers, on every row, and on a row of NULLs if none leased.
+    held === undefined
+      ? `
+FROM leased l`
+      : `, h.held
+FROM (SELECT ${held} AS held) h LEFT JOIN leased l ON true`
+  }
 ORDER BY l.priority DESC, l.run_at, l.id`;
 }
 
