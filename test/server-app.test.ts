@@ -7,6 +7,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { v7 as uuidv7 } from 'uuid';
 import { defineOperation, openQueue, type Queue } from '../src/index.js';
 import { createReckonApp, type ReckonApp, type ReckonAppOptions } from '../src/server/app.js';
+import { SEARCH_SCAN_ROWS_DEFAULT } from '../src/runtime/search.js';
 import { newToken, tokenHash } from '../src/server/auth.js';
 import {
   STORE_KINDS,
@@ -309,6 +310,32 @@ describe.each(STORE_KINDS)('the HTTP app on %s', (kind) => {
       scanStopped: false,
     });
     expect((await r.req('/api/jobs?limit=501', { token: viewer })).status).toBe(400);
+  });
+
+  it('a match below the default window: the first request stops there, nextBefore finds it', async () => {
+    const r = await rig(kind);
+    const viewer = await r.token('vic', 'viewer', undefined, ['inputs']);
+    const [deep] = await r.q.enqueueMany(echo, [{ input: { note: 'Needle-42' }, key: 'deep' }]);
+    for (let n = 0; n < SEARCH_SCAN_ROWS_DEFAULT; n += 2_500)
+      await r.q.enqueueMany(
+        echo,
+        Array.from({ length: 2_500 }, (_, i) => ({ input: { n: n + i } })),
+      );
+    const search = async (query: string) =>
+      (await (await r.req(`/api/jobs?${query}`, { token: viewer })).json()) as {
+        jobs: { id: string }[];
+        nextBefore: string | null;
+        scanStopped: boolean;
+      };
+    // One request reads the newest SEARCH_SCAN_ROWS_DEFAULT jobs, all above the match.
+    const first = await search('q=needle-42');
+    expect(first).toMatchObject({ jobs: [], scanStopped: true });
+    const next = await search(`q=needle-42&before=${first.nextBefore!}`);
+    expect(next).toEqual({
+      jobs: [expect.objectContaining({ id: deep!.id })],
+      nextBefore: null,
+      scanStopped: false,
+    });
   });
 
   it('a 10 MiB body is refused with 413 before it is parsed; so is JSON nested too deep', async () => {

@@ -1424,6 +1424,18 @@ describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
       expect(await store.jobGet({ id: a!.job.id })).not.toBeNull();
     });
 
+    it('folds the case of ASCII letters only, the same on every store', async () => {
+      await insert(newJob('dessert', { inputJson: JSON.stringify({ note: 'Crème BRÛLÉE' }) }));
+      const found = async (text: string) => (await page({ text })).jobs.length === 1;
+      expect(await found('crème')).toBe(true);
+      expect(await found('brÛlÉe')).toBe(true);
+      expect(await found('DESSERT')).toBe(true);
+      // Other letters match as written: a search is a substring test over the stored text, the
+      // per-row cost of a window that must stay cheap (docs/console-pages.md).
+      expect(await found('CRÈME')).toBe(false);
+      expect(await found('brûlée')).toBe(false);
+    });
+
     it('reads at most scanRowsMax jobs per call and says where to continue', async () => {
       const jobs = Array.from({ length: 12 }, (_, i) =>
         newJob(`w${i}`, i === 1 ? { queue: 'q.rare' } : {}),

@@ -256,7 +256,8 @@ export interface JobSearchParams {
   createdTo?: number;
   /**
    * A job id or request key (exact, through their indexes), or a run id, a request fingerprint,
-   * or text in the input or the request key (within the window; case-insensitive).
+   * or text in the input or the request key (within the window; case-insensitive for ASCII
+   * letters only, on every store).
    */
   text?: string;
   limit: number;

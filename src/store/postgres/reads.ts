@@ -138,65 +138,94 @@ function searchFilters(p: JobSearchParams, params: Params, withStates: boolean):
   if (p.runId !== undefined) out.push(`run_id = ${params.add(p.runId)}`);
   if (p.text !== undefined) {
     const text = params.add(p.text);
-    const like = params.add(likePattern(p.text));
+    const like = params.add(asciiLower(likePattern(p.text)));
+    // Case folded for ASCII letters only, as SQLite's LIKE does: lower() under the "C"
+    // collation. ILIKE under the database's collation folds every Unicode letter, at about
+    // twice the cost per row, and a search that matches little reads its whole window.
     out.push(
-      `(run_id = ${text} OR request_fingerprint = ${text} OR input_json ILIKE ${like} OR request_key ILIKE ${like})`,
+      `(run_id = ${text} OR request_fingerprint = ${text}` +
+        ` OR lower(input_json COLLATE "C") LIKE ${like} OR lower(request_key COLLATE "C") LIKE ${like})`,
     );
   }
   return out;
 }
 
+/** ASCII letters lowered, others as they are (what lower() does under the "C" collation). */
+function asciiLower(s: string): string {
+  return s.replace(/[A-Z]/g, (c) => c.toLowerCase());
+}
+
 const whereOf = (conditions: string[]) =>
   conditions.length ? `WHERE ${conditions.join(' AND ')}` : '';
+
+/** One read-only statement's jobs: one statement is one snapshot, no transaction needed. */
+async function readJobs(h: PgHandle, sql: string, args: unknown[]): Promise<JobRecord[]> {
+  const r = await h.db.run((c) => c.query<JobRow>(sql, args), { reads: true });
+  return r.rows.map(jobFromRow);
+}
 
 /**
  * `jobSearch` (see the SQLite store's for the plan): exact hits through the unique indexes; the
  * people-sized states through their partial indexes; else a window of at most `scanRowsMax` ids
- * below the cursor, stopped as soon as the page is full. One read-only snapshot.
+ * below the cursor, stopped as soon as the page is full. Each read is one statement.
  */
 export async function jobSearch(h: PgHandle, p: JobSearchParams): Promise<JobSearchPage> {
-  return h.db.tx(async (c) => {
-    await c.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY');
-    const jobs = async (sql: string, args: unknown[]) =>
-      (await c.query<JobRow>(sql, args)).rows.map(jobFromRow);
-    if (p.text !== undefined && p.beforeId === undefined) {
-      const exact = await jobs(h.sql.jobSearchExact, [p.text]);
-      if (exact.length) return exactPage(p, exact);
-    }
-    const params = new Params();
-    const ids = idBounds(p, params);
-    const base = h.sql.jobListBase;
-    if (onlyIndexedStates(p)) {
-      const rest = searchFilters(p, params, false);
-      const take = params.add(p.limit + 1);
-      const one = (s: string) =>
-        `(${base} ${whereOf([`state = '${s}'`, ...ids, ...rest])} ORDER BY id DESC LIMIT ${take})`;
-      return searchPage(p, await jobs(p.states!.map(one).join(' UNION ALL '), params.args), null);
-    }
-    if (!hasFilters(p)) {
-      const sql = `${base} ${whereOf(ids)} ORDER BY id DESC LIMIT ${params.add(p.limit + 1)}`;
-      return searchPage(p, await jobs(sql, params.args), null);
-    }
-    // With an operation, the window is that operation's newest jobs (index jobs_operation), so
-    // a rare operation is found however old; else the newest jobs of all.
-    const scope = (ps: Params) =>
-      p.operation === undefined ? [] : [operationRange(ps.add(p.operation))];
-    const order = newestOf(p.operation);
-    const scoped = [...ids, ...scope(params)];
-    const scan = params.add(p.scanRowsMax);
-    const f = searchFilters(p, params, true);
-    const sql = `SELECT * FROM (${base} ${whereOf(scoped)} ORDER BY ${order} LIMIT ${scan}) w
-      ${whereOf(f)} ORDER BY id DESC LIMIT ${params.add(p.limit + 1)}`;
-    const found = await jobs(sql, params.args);
-    if (found.length > p.limit) return searchPage(p, found, null);
-    const windowParams = new Params();
-    const windowIds = [...idBounds(p, windowParams), ...scope(windowParams)];
-    const windowSql = `SELECT count(*)::int AS n, min(id) AS low FROM (${h.sql.jobIdWindowBase}
-      ${whereOf(windowIds)} ORDER BY ${order} LIMIT ${windowParams.add(p.scanRowsMax)}) w`;
-    const window = (await c.query<{ n: number; low: string | null }>(windowSql, windowParams.args))
-      .rows[0]!;
-    return searchPage(p, found, { rows: window.n, lowId: window.low });
-  });
+  if (p.text !== undefined && p.beforeId === undefined) {
+    const exact = await readJobs(h, h.sql.jobSearchExact, [p.text]);
+    if (exact.length) return exactPage(p, exact);
+  }
+  const params = new Params();
+  const ids = idBounds(p, params);
+  const base = h.sql.jobListBase;
+  if (onlyIndexedStates(p)) {
+    const rest = searchFilters(p, params, false);
+    const take = params.add(p.limit + 1);
+    const one = (s: string) =>
+      `(${base} ${whereOf([`state = '${s}'`, ...ids, ...rest])} ORDER BY id DESC LIMIT ${take})`;
+    return searchPage(
+      p,
+      await readJobs(h, p.states!.map(one).join(' UNION ALL '), params.args),
+      null,
+    );
+  }
+  if (!hasFilters(p)) {
+    const sql = `${base} ${whereOf(ids)} ORDER BY id DESC LIMIT ${params.add(p.limit + 1)}`;
+    return searchPage(p, await readJobs(h, sql, params.args), null);
+  }
+  return windowSearch(h, p);
+}
+
+/**
+ * A search through its window in one statement (one snapshot, one round trip): the matches among
+ * the window's rows, newest first, read until the page is full; only when it is not, the id
+ * where the window ends (its `scanRowsMax`-th, from the index alone; null: the window holds
+ * every job in range). With an operation, the window is that operation's newest jobs (index
+ * jobs_operation), so a rare operation is found however old; else the newest jobs of all.
+ */
+async function windowSearch(h: PgHandle, p: JobSearchParams): Promise<JobSearchPage> {
+  const params = new Params();
+  const scoped = whereOf([
+    ...idBounds(p, params),
+    ...(p.operation === undefined ? [] : [operationRange(params.add(p.operation))]),
+  ]);
+  const order = newestOf(p.operation);
+  const scan = params.add(p.scanRowsMax);
+  const last = params.add(p.scanRowsMax - 1);
+  const limit = params.add(p.limit);
+  const take = params.add(p.limit + 1);
+  const matches = `SELECT * FROM (${h.sql.jobListBase} ${scoped} ORDER BY ${order} LIMIT ${scan}) w
+    ${whereOf(searchFilters(p, params, true))} ORDER BY id DESC LIMIT ${take}`;
+  // The CASE reads the window's end (an InitPlan, run on first use) only for a page not full.
+  const sql = `SELECT found, CASE WHEN json_array_length(found) > ${limit} THEN NULL ELSE
+      (${h.sql.jobIdWindowBase} ${scoped} ORDER BY ${order} OFFSET ${last} LIMIT 1) END AS low
+    FROM (SELECT coalesce(json_agg(m), '[]') AS found FROM (${matches}) m) f`;
+  const r = await h.db.run(
+    (c) => c.query<{ found: JobRow[]; low: string | null }>(sql, params.args),
+    { reads: true },
+  );
+  const { found, low } = r.rows[0]!;
+  const window = low === null ? null : { rows: p.scanRowsMax, lowId: low };
+  return searchPage(p, found.map(jobFromRow), window);
 }
 
 /** `statsActivityGet`: see the statement `statsActivity`. */
