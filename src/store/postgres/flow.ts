@@ -42,6 +42,7 @@ import type {
 } from '../store.js';
 import type { Queryable } from './commit.js';
 import type { PgHandle } from './handle.js';
+import { claimLimitInline } from './statements.js';
 import type { ClaimRow } from './attempts.js';
 
 interface CandidateRow {
@@ -99,18 +100,24 @@ async function claimConcurrent(
   want: number,
   p: FlowClaimParams,
 ): Promise<FlowOutcome & { claimed: ClaimedAttempt[] }> {
+  const window = flowCandidateWindow(want);
+  // Literal sizes where the plain claim has them (claimLimitInline): with the statistics of a
+  // busy table, a statement whose limits are parameters was planned again on every call.
+  const inline = claimLimitInline(want);
+  const one = queues.length === 1;
   const r = await h.db.statement<ClaimRow & { held: string }>(
-    CLAIM_CONCURRENCY,
-    h.sql.flowClaimConcurrency,
+    `${CLAIM_CONCURRENCY}${one ? '' : '_queues'}_${inline ? want : 'n'}`,
+    inline
+      ? h.sql.flowClaimConcurrency(one, String(window), String(want))
+      : h.sql.flowClaimConcurrency(one, '$7', '$8'),
     [
-      queues,
+      one ? queues[0] : queues,
       limit.operation,
       p.ownerId,
       p.leaseMs,
-      flowCandidateWindow(want),
       limit.concurrency!.max,
-      want,
       schema,
+      ...(inline ? [] : [window, want]),
     ],
   );
   const rows = r.rows.filter((row) => row.id !== null);

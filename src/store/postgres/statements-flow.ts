@@ -11,8 +11,12 @@ export const FLOW_LOCK_NAMESPACE = 0x7265_6b66;
 
 /** The placeholders (or SQL) of the candidates' inputs: each statement numbers its own. */
 interface CandidateArgs {
-  /** queues (text[]), the operation (text), how many rows to read (int). */
-  queues: string;
+  /**
+   * The queues (text[]), or the one queue (text): with an array, a cached generic plan guesses
+   * its length, and its cost was then judged too high to keep (planned again on every call).
+   */
+  queues: { many: string } | { one: string };
+  /** The operation (text), how many rows to read (int). */
   operation: string;
   window: string;
   /** The concurrency max (int; null: no limit). */
@@ -21,6 +25,13 @@ interface CandidateArgs {
   rate: { max: string; perMs: string } | null;
   /** Lock the rows (SKIP LOCKED); false: read them as the snapshot has them. */
   lock: boolean;
+}
+
+/** The claim's queues as rows (column q), in the jobs' collation. */
+function queuesFrom(q: CandidateArgs['queues']): string {
+  return 'one' in q
+    ? `(SELECT ${q.one}::text COLLATE "C" AS q)`
+    : `(SELECT DISTINCT q COLLATE "C" AS q FROM unnest(${q.many}::text[]) AS q)`;
 }
 
 /**
@@ -47,8 +58,8 @@ SELECT c.id, c.rate_key, c.concurrency_key, c.priority, c.run_at, ${toMs('c.run_
 -- Paused queues and the paused operation are left out here, once per queue: as a filter on the
 -- jobs, the planner took the queue's (single) value to fail it and read every waiting job.
 FROM (
-  SELECT DISTINCT q COLLATE "C" AS q FROM unnest(${a.queues}::text[]) AS q
-  WHERE q <> ALL (ARRAY(SELECT name FROM ${s}.flow_pauses WHERE kind = 'queue'))
+  SELECT v.q FROM ${queuesFrom(a.queues)} v
+  WHERE v.q <> ALL (ARRAY(SELECT name FROM ${s}.flow_pauses WHERE kind = 'queue'))
     AND ${a.operation}::text <> ALL (ARRAY(SELECT name FROM ${s}.flow_pauses WHERE kind = 'operation'))
 ) qs
 CROSS JOIN LATERAL (
@@ -80,45 +91,52 @@ function lockNameSql(schema: string, kind: 'c' | 'r', operation: string, key: st
 
 /**
  * The claim of an operation limited by concurrency alone, in ONE statement (its own transaction):
- * $1 queues (text[]), $2 operation, $3 owner, $4 lease (ms), $5 window (rows), $6 concurrency max,
- * $7 how many to lease, $8 the schema's name (for the lock names). The candidates are locked, then
- * each of their keys' advisory locks that is free (a key another claimer holds is skipped, never
- * waited for), then the jobs leased per locked key are counted by `flow_leased`: a VOLATILE
- * function, so its query takes a snapshot of its own, after the locks, and sees every lease a
- * claim that held a key before has committed (the statement's own snapshot, older than the
- * locks, may not). The jobs of a key are taken in claim order while the key has room, up to $7.
- * Answers the leases and, on each row (a row of NULLs when none), how many due jobs were left
- * behind by the limit before the last one taken (the plan's `heldByConcurrency`).
+ * $1 queues (text[]; or, `oneQueue`, the queue), $2 operation, $3 owner, $4 lease (ms), $5
+ * concurrency max, $6 the schema's
+ * name (for the lock names); `window` (rows read) and `want` (most leased) are the SQL of the
+ * limits: literals (a plan cached per size, as the plain claim's) or parameters $7 and $8.
+ * The due jobs are read, then their keys' advisory locks are taken in claim order (a key another
+ * claimer holds is skipped, never waited for), then the jobs leased per locked key are counted
+ * by `flow_leased`: a VOLATILE function, so its query takes a snapshot of its own, after the
+ * locks, and sees every lease a claim that held a key before has committed (the statement's own
+ * snapshot, older than the locks, may not). The jobs of a key are taken in claim order while the
+ * key has room. Answers the leases and, on each row (a row of NULLs when none), how many due jobs
+ * were left behind by the limit (the plan's `heldByConcurrency`).
  */
-function flowClaimConcurrencySql(t: Tables): string {
+function flowClaimConcurrencySql(
+  t: Tables,
+  oneQueue: boolean,
+  window: string,
+  want: string,
+): string {
   const { s, jobs } = t;
   return claim(
     t,
     `
 -- Read, not locked: only the jobs taken are locked, below (a lock is a WAL record).
 cand AS MATERIALIZED (${flowCandidatesFrom(t, {
-      queues: '$1',
+      queues: oneQueue ? { one: '$1' } : { many: '$1' },
       operation: '$2',
-      window: '$5',
-      concurrencyMax: '$6',
+      window,
+      concurrencyMax: '$5',
       rate: null,
       lock: false,
     })}
 ),
--- In claim order, each candidate takes its key's lock until $7 have one (a later candidate of a
+-- In claim order, each candidate takes its key's lock until enough have one (a later candidate of a
 -- key this claim holds takes it again: no conflict); a key another claimer holds is skipped.
 -- The scan of a CTE keeps its rows' order, and the limit stops the scan: no lock past it.
 mine AS MATERIALIZED (
   SELECT c.id, c.concurrency_key, c.priority, c.run_at FROM cand c
-  WHERE pg_try_advisory_xact_lock(${FLOW_LOCK_NAMESPACE}, hashtext(${lockNameSql('$8', 'c', '$2', 'c.concurrency_key')}))
-  LIMIT $7::int
+  WHERE pg_try_advisory_xact_lock(${FLOW_LOCK_NAMESPACE}, hashtext(${lockNameSql('$6', 'c', '$2', 'c.concurrency_key')}))
+  LIMIT ${want}::int
 ),
 busy AS MATERIALIZED (
   SELECT b.key, b.n FROM ${s}.flow_leased($2::text, ARRAY(SELECT DISTINCT m.concurrency_key FROM mine m)) b
 ),
 judged AS MATERIALIZED (
   SELECT c.id, row_number() OVER (PARTITION BY c.concurrency_key
-    ORDER BY c.priority DESC, c.run_at, c.id) + coalesce(b.n, 0) <= $6::int AS fits
+    ORDER BY c.priority DESC, c.run_at, c.id) + coalesce(b.n, 0) <= $5::int AS fits
   FROM mine c LEFT JOIN busy b ON b.key = c.concurrency_key
 ),
 -- Locked now, skipping what another transaction holds, on their latest versions: a job leased
@@ -136,6 +154,56 @@ picked AS MATERIALIZED (
 }
 
 export function flowStatements(t: Tables) {
+  return {
+    ...flowTransactionStatements(t),
+    flowClaimConcurrency: (oneQueue: boolean, window: string, want: string) =>
+      flowClaimConcurrencySql(t, oneQueue, window, want),
+    ...flowAdminStatements(t),
+  };
+}
+
+/**
+ * Leases the jobs the plan took (locked by flowCandidates) and records their starts, in one
+ * statement stamped with the time the decision was made: the window the plan judged is the
+ * window of the leases' own times. $1 job ids (text[]), $2 the operation (a one-element
+ * text[]), $3 owner, $4 lease (ms), $5 the decision's time (ms). Rate limits (else empty):
+ * $6 rate keys (text[], one per start), $7 window (ms), $8 the keys that started and $9 their
+ * next start times (ms; a later one stored is kept). The keys' rows are this claim's (it holds
+ * their advisory locks): no claim waits on another.
+ */
+function flowLeaseSql(t: Tables): string {
+  const { s, jobs } = t;
+  return claim(
+    t,
+    `
+picked AS MATERIALIZED (
+  SELECT j.id FROM ${jobs} j
+  WHERE j.id = ANY($1::text[]) AND j.operation = ANY($2::text[]) AND j.state = 'QUEUED'
+),
+gone AS (
+  -- Starts that left the window count for nothing any more; rows another claim is deleting are
+  -- left to it (no claim waits on another).
+  DELETE FROM ${s}.flow_starts WHERE ctid = ANY (ARRAY(
+    SELECT o.ctid FROM ${s}.flow_starts o
+    WHERE cardinality($6::text[]) > 0 AND o.operation = ($2::text[])[1]
+      AND o.at <= (SELECT t FROM now) - ${millis('$7')}
+    FOR UPDATE SKIP LOCKED))
+),
+spaced AS (
+  INSERT INTO ${s}.flow_holds AS f (operation, rate_key, until)
+  SELECT ($2::text[])[1], k.key, ${fromMs('k.at')} FROM unnest($8::text[], $9::bigint[]) AS k(key, at)
+  ON CONFLICT (operation, rate_key) DO UPDATE SET until = greatest(f.until, excluded.until)
+),
+started AS (
+  INSERT INTO ${s}.flow_starts (operation, rate_key, at)
+  SELECT ($2::text[])[1], k, (SELECT t FROM now) FROM unnest($6::text[]) AS k
+)`,
+    fromMs('$5'),
+  );
+}
+
+/** The steps of the limited claim as a transaction (flow.ts `claimOne`): rate limits. */
+function flowTransactionStatements(t: Tables) {
   const { s, jobs } = t;
   return {
     /**
@@ -144,14 +212,13 @@ export function flowStatements(t: Tables) {
      * (plan/flow.ts) judges these after the key locks.
      */
     flowCandidates: `WITH now AS MATERIALIZED (SELECT ${NOW} AS t)${flowCandidatesFrom(t, {
-      queues: '$1',
+      queues: { many: '$1' },
       operation: '$2',
       window: '$3',
       concurrencyMax: '$4',
       rate: { max: '$5', perMs: '$6' },
       lock: true,
     })}`,
-    flowClaimConcurrency: flowClaimConcurrencySql(t),
     /**
      * $1 lock names (text[]). Takes each transaction-scoped advisory lock that is free, never
      * waiting: a name another claimer holds is skipped. Returns the names taken.
@@ -185,43 +252,7 @@ WHERE h.operation = $1::text AND h.until > (SELECT t FROM now) - ${millis('$2')}
     flowNextHold: `
 SELECT ${toMs('min(h.until)')} - ${toMs(NOW)} AS in_ms FROM ${s}.flow_holds h
 WHERE h.operation = $1::text AND h.until > ${NOW}`,
-    /**
-     * Leases the jobs the plan took (locked by flowCandidates) and records their starts, in one
-     * statement stamped with the time the decision was made: the window the plan judged is the
-     * window of the leases' own times. $1 job ids (text[]), $2 the operation (a one-element
-     * text[]), $3 owner, $4 lease (ms), $5 the decision's time (ms). Rate limits (else empty):
-     * $6 rate keys (text[], one per start), $7 window (ms), $8 the keys that started and $9 their
-     * next start times (ms; a later one stored is kept). The keys' rows are this claim's (it holds
-     * their advisory locks): no claim waits on another.
-     */
-    flowLease: claim(
-      t,
-      `
-picked AS MATERIALIZED (
-  SELECT j.id FROM ${jobs} j
-  WHERE j.id = ANY($1::text[]) AND j.operation = ANY($2::text[]) AND j.state = 'QUEUED'
-),
-gone AS (
-  -- Starts that left the window count for nothing any more; rows another claim is deleting are
-  -- left to it (no claim waits on another).
-  DELETE FROM ${s}.flow_starts WHERE ctid = ANY (ARRAY(
-    SELECT o.ctid FROM ${s}.flow_starts o
-    WHERE cardinality($6::text[]) > 0 AND o.operation = ($2::text[])[1]
-      AND o.at <= (SELECT t FROM now) - ${millis('$7')}
-    FOR UPDATE SKIP LOCKED))
-),
-spaced AS (
-  INSERT INTO ${s}.flow_holds AS f (operation, rate_key, until)
-  SELECT ($2::text[])[1], k.key, ${fromMs('k.at')} FROM unnest($8::text[], $9::bigint[]) AS k(key, at)
-  ON CONFLICT (operation, rate_key) DO UPDATE SET until = greatest(f.until, excluded.until)
-),
-started AS (
-  INSERT INTO ${s}.flow_starts (operation, rate_key, at)
-  SELECT ($2::text[])[1], k, (SELECT t FROM now) FROM unnest($6::text[]) AS k
-)`,
-      fromMs('$5'),
-    ),
-    ...flowAdminStatements(t),
+    flowLease: flowLeaseSql(t),
   };
 }
 
