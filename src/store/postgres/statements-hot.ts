@@ -28,8 +28,10 @@ export function claim(t: Tables, picked: string, now = NOW, held?: string): stri
   return `
 WITH now AS MATERIALIZED (SELECT ${now} AS t, set_config('synchronous_commit', 'off', true) AS async),${picked},
 leased AS (
+  -- A LEASED job's next_check_at: no lease of this attempt expires before it (heartbeats only
+  -- extend), so the expired-lease scan leaves the job alone until then (migration 16).
   UPDATE ${jobs} j SET state = 'LEASED', attempt_count = j.attempt_count + 1, updated_at = now.t,
-    next_check_at = NULL
+    next_check_at = now.t + ${millis('$4')}
   FROM now
   -- By primary key whatever the plan: a generic plan must not guess picked is big and scan jobs.
   -- No state test: picked locked these rows as QUEUED (rechecked on their latest version), so
@@ -310,7 +312,7 @@ ended AS (
     ended_job = CASE WHEN g.ends_routinely THEN g.job_to END
   FROM applied g, now
   -- No state test: its job, now locked LEASED on it, proves the attempt LEASED (a state test
-  -- let the planner read every LEASED attempt along attempts_expiry instead of the key).
+  -- let the planner read every LEASED attempt along an index of them, now gone, instead of the key).
   WHERE g.applies AND a.job_id = g.job_id AND a.attempt_no = g.attempt_no
     AND a.lease_token = g.lease_token
   RETURNING a.job_id

@@ -258,11 +258,16 @@ JOIN due d ON d.id = h.id
 LEFT JOIN ${attempts} a ON a.job_id = h.id AND a.attempt_no = h.attempt_count
 ORDER BY d.due_at, h.id`,
 
-    /** $1 skew (ms), $2 limit. LEASED attempts whose expiry + $1 has passed, oldest first. */
+    /**
+     * $1 skew (ms), $2 limit. LEASED attempts whose expiry + $1 has passed, oldest first. Found
+     * from their jobs (`leasedJobsPast`), then judged by their attempt.
+     */
     attemptExpiredList: `
+WITH horizon AS MATERIALIZED (SELECT ${NOW} - ${millis('$1')} AS t)
 SELECT row_to_json(a) AS attempt, row_to_json(j) AS job
-FROM ${attempts} a JOIN ${jobs} j ON j.id = a.job_id
-WHERE a.state = 'LEASED' AND a.lease_expires_at + ${millis('$1')} < ${NOW}
+FROM ${leasedJobsPast(jobs, '<', '(SELECT t FROM horizon)')} j
+JOIN ${attempts} a ON a.job_id = j.id
+WHERE a.state = 'LEASED' AND a.lease_expires_at < (SELECT t FROM horizon)
 ORDER BY a.lease_expires_at
 LIMIT $2`,
 
@@ -282,9 +287,24 @@ SELECT (SELECT t FROM now) AS now,
        count(*) FILTER (WHERE state = 'UNKNOWN')::int AS unknown,
        count(*) FILTER (WHERE state = 'NEEDS_REVIEW')::int AS needs_review
      FROM ${jobs} WHERE state IN ('UNKNOWN', 'NEEDS_REVIEW') GROUP BY operation ORDER BY operation) b) AS by_operation,
-  (SELECT count(*)::int FROM ${attempts}
-     WHERE state = 'LEASED' AND lease_expires_at <= (SELECT t FROM now)) AS expired`,
+  (SELECT count(*)::int FROM ${leasedJobsPast(jobs, '<=', '(SELECT t FROM now)')} j
+     JOIN ${attempts} a ON a.job_id = j.id
+     WHERE a.state = 'LEASED' AND a.lease_expires_at <= (SELECT t FROM now)) AS expired`,
   };
+}
+
+/**
+ * The LEASED jobs whose lease may have ended by `horizon` (compared with `cmp`), as a subquery.
+ * A lease never ends before its LEASED job's next_check_at, its first expiry (migration 16:
+ * heartbeats extend it by the lease it was claimed with), so only jobs past theirs are read, and
+ * those leased by a process of an older version, which leaves it NULL. Two ranges of
+ * `jobs_lease_check`: written as one OR, the planner read every LEASED job.
+ */
+function leasedJobsPast(jobs: string, cmp: '<' | '<=', horizon: string): string {
+  return `(
+  SELECT l.* FROM ${jobs} l WHERE l.state = 'LEASED' AND l.next_check_at ${cmp} ${horizon}
+  UNION ALL
+  SELECT l.* FROM ${jobs} l WHERE l.state = 'LEASED' AND l.next_check_at IS NULL)`;
 }
 
 /** The console's reads (reads.ts `jobSearch`, `statsActivityGet`). */
