@@ -439,16 +439,18 @@ END $$;
     // when its lease first expires (a column the claim's update writes anyway; a new column at
     // the end of the row lengthened the claim's WAL record by the whole unchanged tail of the
     // row, 94 bytes, this one by the columns up to it, about 70), and jobs_lease_check indexes
-    // LEASED jobs by it. Heartbeats only extend a lease, so a job
-    // whose next_check_at + skew has not passed has no expired lease: the scan reads only leases
-    // past their first expiry (and any leased by a process of an older version, which leaves it
-    // NULL), then judges each by its attempt, as before. Attempts keep one index, their key: the
-    // outcome and heartbeats become HOT updates. (Measured and not taken before: an index of
-    // every LEASED job, with which each worker's scan, every second, read every leased job.)
+    // LEASED jobs by it. Heartbeats only extend a lease, so a job whose next_check_at + skew has
+    // not passed has no expired lease: the scan reads only leases past their first expiry (and
+    // any leased by a process of an older version, which leaves it NULL: indexed as -infinity,
+    // so that one range of the index holds every candidate), then judges each by its attempt.
+    // Attempts keep one index, their key: the outcome and heartbeats become HOT updates.
+    // (Measured and not taken before: an index of every LEASED job, with which each worker's
+    // scan, every second, read every leased job.)
     version: 16,
     name: 'expired leases found from the job',
     sql: `
-CREATE INDEX IF NOT EXISTS jobs_lease_check ON jobs (next_check_at) WHERE state = 'LEASED';
+CREATE INDEX IF NOT EXISTS jobs_lease_check
+  ON jobs ((coalesce(next_check_at, '-infinity'::timestamptz))) WHERE state = 'LEASED';
 DROP INDEX IF EXISTS attempts_expiry;
 `,
   },

@@ -292,7 +292,7 @@ WITH input AS MATERIALIZED (
 now AS MATERIALIZED (SELECT ${NOW} AS t),
 ${seenLeases(jobs, attempts)},
 judged AS MATERIALIZED (
-  SELECT i.*, l.request_fingerprint, l.queue, l.dispatched_at,
+  SELECT i.*, l.request_fingerprint, l.queue, l.dispatched_at, 'LEASED'::text AS leased,
     ${LEASE_HOLDS} AND ${FIRST_OF_LEASE} AS holds,
     ${LEASE_HOLDS} AND ${FIRST_OF_LEASE}
       AND CASE WHEN l.dispatched_at IS NULL THEN i.bad_unmarked ELSE i.bad_marked END AS bad,
@@ -361,9 +361,12 @@ moved AS (
     error_json = coalesce(g.job_error_json, j.error_json),
     finished_at = CASE WHEN g.terminal THEN now.t END
   FROM judged g, now
-  -- Each job looked up by its id from \`judged\`, in job id order.
+  -- Each job looked up by its id from \`judged\`, in job id order. The state is compared with
+  -- the batch's column: a constant matched jobs_lease_check's predicate, and with statistics
+  -- taken while every job waited, the planner read that whole index (dead entries too) for
+  -- each batch instead of the key (process-c50 a quarter slower).
   WHERE g.holds AND NOT g.bad AND j.id = g.job_id
-    AND j.state = 'LEASED' AND j.attempt_count = g.attempt_no
+    AND j.state = g.leased AND j.attempt_count = g.attempt_no
   RETURNING j.id
 )`;
 }
