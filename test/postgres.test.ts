@@ -681,6 +681,58 @@ describe.skipIf(pgReason !== null)(
         expect(eventKey.rows).toEqual([{ def: 'PRIMARY KEY (job_id, id)' }]);
       });
 
+      it('a lease taken before migration 16 (none recorded on its job) is still found expired and reclaimed', async () => {
+        const t = await pgDatabase();
+        const admin = await client(t.url);
+        // The schema as migration 13 left it, with a job leased by a worker that died.
+        await admin.query('CREATE SCHEMA reckon; SET search_path TO reckon');
+        await admin.query(MIGRATIONS_TABLE_SQL);
+        for (const m of MIGRATIONS.filter((m) => m.version <= 13)) {
+          await admin.query(m.sql);
+          await admin.query('INSERT INTO reckon_migrations (version, name) VALUES ($1, $2)', [
+            m.version,
+            m.name,
+          ]);
+        }
+        await admin.query(`
+          INSERT INTO jobs (id, queue, operation, input_json, request_key, request_fingerprint,
+            state, run_at, created_at, updated_at, attempt_count, max_attempts, backoff_json,
+            timeout_ms, enqueue_actor)
+          VALUES ('old-1', 'default', 'ledger.effect', '{"n":1}', 'key-1', 'f1', 'LEASED',
+            now(), now(), now(), 1, 3, '{"initialMs":20,"factor":2,"maxMs":200}', 1000, 'api');
+          INSERT INTO attempts (job_id, attempt_no, state, owner_id, lease_token, leased_at,
+            lease_expires_at, lease_ms)
+          VALUES ('old-1', 1, 'LEASED', 'dead-worker', 't1', now() - interval '1 minute',
+            now() - interval '30 seconds', 30000);
+          RESET search_path`);
+        const ledger = new Map<string, number>();
+        const q = await queueOn(t.url);
+        expect(await q.store.schemaVersion()).toBe(LATEST_SCHEMA_VERSION);
+        // Attempts keep their key only: the outcome and heartbeats change no indexed column.
+        const indexes = await admin.query<{ name: string }>(
+          `SELECT indexname AS name FROM pg_indexes
+           WHERE schemaname = 'reckon' AND tablename = 'attempts' ORDER BY 1`,
+        );
+        expect(indexes.rows).toEqual([{ name: 'attempts_pkey' }]);
+        const listed = await q.store.attemptExpiredList({ skewMs: 0, limit: 10 });
+        expect(listed.map((e) => [e.job.id, e.attempt.ownerId])).toEqual([
+          ['old-1', 'dead-worker'],
+        ]);
+        expect((await q.store.statsGet()).expiredLeases).toBe(1);
+        // The reclaimer takes it (no marker: never dispatched), and it runs once.
+        const w = await startWorker(q, { operations: [ledgerOp(ledger)], pollIntervalMs: 20 });
+        await until('the old job to succeed', async () => {
+          return (await q.job('old-1'))?.job.state === 'SUCCEEDED';
+        });
+        await w.stop();
+        expect([...ledger.entries()]).toEqual([['key-1', 1]]);
+        const old = await q.job('old-1');
+        expect(old!.attempts.map((a) => [a.attemptNo, a.state])).toEqual([
+          [1, 'FAILED_BEFORE_SEND'],
+          [2, 'SUCCEEDED'],
+        ]);
+      });
+
       it('an unreachable server is StoreUnavailable without the password; a bad schema name is InvalidInput', async () => {
         const s = new PostgresStore({
           connectionString: 'postgres://reckon:s3cret-pw@127.0.0.1:1/reckon',

@@ -1130,6 +1130,25 @@ describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
         ['LEASED', null],
       ]);
     });
+
+    it('a lease its heartbeat extended past its first expiry is listed only once the extension passes', async () => {
+      // PostgreSQL finds expired leases from their jobs' first expiry (migration 16): a lease
+      // past it but extended must not be listed, and must be once the extension has passed.
+      const c = await claimOne('a', {}, 1_000);
+      const [beat] = await store.attemptHeartbeatMany({ leases: [leaseOf(c)], leaseMs: 3_000 });
+      expect(beat?.ok).toBe(true);
+      await sleep(1_300);
+      expect(await store.attemptExpiredList({ skewMs: 0, limit: 10 })).toEqual([]);
+      expect((await store.statsGet()).expiredLeases).toBe(0);
+      await sleep(Math.max(0, beat!.leaseExpiresAt! - Date.now()));
+      let listed = await store.attemptExpiredList({ skewMs: 0, limit: 10 });
+      for (let i = 0; listed.length === 0 && i < 50; i++) {
+        await sleep(20);
+        listed = await store.attemptExpiredList({ skewMs: 0, limit: 10 });
+      }
+      expect(listed.map((e) => [e.job.id, e.attempt.attemptNo])).toEqual([[c.job.id, 1]]);
+      expect((await store.statsGet()).expiredLeases).toBe(1);
+    });
   });
 
   // ------------------------------------------------------------------ transition

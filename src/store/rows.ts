@@ -121,7 +121,9 @@ export function jobFromRow(r: JobRow): JobRecord {
     backoff: backoffOf(r.backoff_json),
     timeoutMs: Number(r.timeout_ms),
     reconcileGraceMs: Number(r.reconcile_grace_ms),
-    nextCheckAt: toMsOrNull(r.next_check_at),
+    // An UNKNOWN job's lookup time. A LEASED job's column is the store's own (PostgreSQL
+    // migration 16: its lease's first expiry, for the expired-lease scan).
+    nextCheckAt: r.state === 'UNKNOWN' ? toMsOrNull(r.next_check_at) : null,
     lookupFailures: Number(r.lookup_failures),
     result: parseJson<Json>(r.result_json),
     error: parseJson<ErrorInfo>(r.error_json),

@@ -45,20 +45,27 @@ const ACTOR = `$${NEW_JOB_PARAM_COUNT + 1}`;
 const ENQUEUE_ACTOR = ACTOR;
 
 /**
- * The INSERT of `input` (as `n`, with `now`) into `jobs`, in `state` with `attemptCount`, both SQL
- * expressions over `from`; an ON CONFLICT clause or RETURNING … may follow it.
+ * The INSERT of `input` (as `n`, with `now`) into `jobs`, in `state` with `attemptCount` and
+ * `nextCheckAt` (a LEASED job's: its lease's first expiry, migration 16), SQL expressions over `from`;
+ * an ON CONFLICT clause or RETURNING … may follow it.
  */
-function insertJobsAs(jobs: string, state: string, attemptCount: string, from: string): string {
+function insertJobsAs(
+  jobs: string,
+  state: string,
+  attemptCount: string,
+  from: string,
+  nextCheckAt = 'NULL::timestamptz',
+): string {
   return `
   INSERT INTO ${jobs} (id, queue, operation, input_json, request_key, request_fingerprint, run_id, step_id,
     state, priority, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms,
     reconcile_grace_ms, attempt_count, approval_reason, approval_expires_at, rate_key, concurrency_key,
-    trace_parent, enqueue_actor)
+    trace_parent, enqueue_actor, next_check_at)
   SELECT n.id, n.queue, n.operation, n.input_json, n.request_key, n.request_fingerprint, n.run_id, n.step_id,
     ${state}, n.priority, coalesce(${fromMs('n.run_at')}, now.t + ${millis('n.delay_ms')}), now.t, now.t,
     n.max_attempts, n.backoff_json, n.timeout_ms, n.reconcile_grace_ms, ${attemptCount},
     n.approval_reason, now.t + ${millis('n.approval_expires_ms')}, n.rate_key, n.concurrency_key,
-    n.trace_parent, ${ENQUEUE_ACTOR}
+    n.trace_parent, ${ENQUEUE_ACTOR}, ${nextCheckAt}
   FROM ${from}`;
 }
 
@@ -163,6 +170,8 @@ inserted AS (${insertJobsAs(
       `CASE WHEN h.id IS NULL THEN ${QUEUED_OR_AWAITING} ELSE 'LEASED' END`,
       'CASE WHEN h.id IS NULL THEN 0 ELSE 1 END',
       'input n CROSS JOIN now LEFT JOIN handed h ON h.id = n.id',
+      // As the claim records it (migration 16): when the handed lease first expires.
+      'h.lease_expires_at',
     )}
 ),
 attempt AS (

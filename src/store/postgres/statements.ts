@@ -258,12 +258,20 @@ JOIN due d ON d.id = h.id
 LEFT JOIN ${attempts} a ON a.job_id = h.id AND a.attempt_no = h.attempt_count
 ORDER BY d.due_at, h.id`,
 
-    /** $1 skew (ms), $2 limit. LEASED attempts whose expiry + $1 has passed, oldest first. */
+    /**
+     * $1 skew (ms), $2 limit. LEASED attempts whose expiry + $1 has passed, in the order of their
+     * first expiry (`LEASE_CHECK`). Walks `jobs_lease_check` in order from the oldest, judging
+     * each job by its attempt, until $2 are found: an index scan, which marks the entries of
+     * jobs no longer LEASED dead as it passes them (a bitmap scan left them to be read again on
+     * every pass until a vacuum).
+     */
     attemptExpiredList: `
-SELECT row_to_json(a) AS attempt, row_to_json(j) AS job
-FROM ${attempts} a JOIN ${jobs} j ON j.id = a.job_id
-WHERE a.state = 'LEASED' AND a.lease_expires_at + ${millis('$1')} < ${NOW}
-ORDER BY a.lease_expires_at
+WITH horizon AS MATERIALIZED (SELECT ${NOW} - ${millis('$1')} AS t)
+SELECT row_to_json(a) AS attempt, row_to_json(l) AS job
+FROM ${jobs} l JOIN ${attempts} a ON a.job_id = l.id
+WHERE l.state = 'LEASED' AND ${LEASE_CHECK} < (SELECT t FROM horizon)
+  AND a.state = 'LEASED' AND a.lease_expires_at < (SELECT t FROM horizon)
+ORDER BY ${LEASE_CHECK}
 LIMIT $2`,
 
     // ------------------------------------------------------------ stats
@@ -282,10 +290,19 @@ SELECT (SELECT t FROM now) AS now,
        count(*) FILTER (WHERE state = 'UNKNOWN')::int AS unknown,
        count(*) FILTER (WHERE state = 'NEEDS_REVIEW')::int AS needs_review
      FROM ${jobs} WHERE state IN ('UNKNOWN', 'NEEDS_REVIEW') GROUP BY operation ORDER BY operation) b) AS by_operation,
-  (SELECT count(*)::int FROM ${attempts}
-     WHERE state = 'LEASED' AND lease_expires_at <= (SELECT t FROM now)) AS expired`,
+  (SELECT count(*)::int FROM ${jobs} l JOIN ${attempts} a ON a.job_id = l.id
+     WHERE l.state = 'LEASED' AND ${LEASE_CHECK} <= (SELECT t FROM now)
+       AND a.state = 'LEASED' AND a.lease_expires_at <= (SELECT t FROM now)) AS expired`,
   };
 }
+
+/**
+ * When a LEASED job `l`'s lease may first have ended: its next_check_at (migration 16), set by
+ * the claim to the lease's first expiry, which no heartbeat brings forward (each extends the
+ * lease by the lease it was claimed with); NULL, the oldest possible, for a job leased by a
+ * process of an older version. The expression of `jobs_lease_check`, written as it is there.
+ */
+const LEASE_CHECK = `coalesce(l.next_check_at, '-infinity'::timestamptz)`;
 
 /** The console's reads (reads.ts `jobSearch`, `statsActivityGet`). */
 function consoleStatements(t: Tables) {
