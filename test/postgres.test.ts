@@ -681,7 +681,7 @@ describe.skipIf(pgReason !== null)(
         expect(eventKey.rows).toEqual([{ def: 'PRIMARY KEY (job_id, id)' }]);
       });
 
-      it('a lease taken before migration 16 (none recorded on its job) is still found expired and reclaimed', async () => {
+      it('a lease taken before migration 15 (none recorded on its job) is still found expired and reclaimed', async () => {
         const t = await pgDatabase();
         const admin = await client(t.url);
         // The schema as migration 13 left it, with a job leased by a worker that died.

@@ -1132,7 +1132,7 @@ describe.each(STORE_KINDS)('store conformance: %s', (kind: StoreKind) => {
     });
 
     it('a lease its heartbeat extended past its first expiry is listed only once the extension passes', async () => {
-      // PostgreSQL finds expired leases from their jobs' first expiry (migration 16): a lease
+      // PostgreSQL finds expired leases from their jobs' first expiry (migration 15): a lease
       // past it but extended must not be listed, and must be once the extension has passed.
       const c = await claimOne('a', {}, 1_000);
       const [beat] = await store.attemptHeartbeatMany({ leases: [leaseOf(c)], leaseMs: 3_000 });

@@ -122,7 +122,7 @@ export function jobFromRow(r: JobRow): JobRecord {
     timeoutMs: Number(r.timeout_ms),
     reconcileGraceMs: Number(r.reconcile_grace_ms),
     // An UNKNOWN job's lookup time. A LEASED job's column is the store's own (PostgreSQL
-    // migration 16: its lease's first expiry, for the expired-lease scan).
+    // migration 15: its lease's first expiry, for the expired-lease scan).
     nextCheckAt: r.state === 'UNKNOWN' ? toMsOrNull(r.next_check_at) : null,
     lookupFailures: Number(r.lookup_failures),
     result: parseJson<Json>(r.result_json),

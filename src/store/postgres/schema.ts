@@ -446,7 +446,7 @@ END $$;
     // Attempts keep one index, their key: the outcome and heartbeats become HOT updates.
     // (Measured and not taken before: an index of every LEASED job, with which each worker's
     // scan, every second, read every leased job.)
-    version: 16,
+    version: 15,
     name: 'expired leases found from the job',
     sql: `
 CREATE INDEX IF NOT EXISTS jobs_lease_check

@@ -29,7 +29,7 @@ export function claim(t: Tables, picked: string, now = NOW, held?: string): stri
 WITH now AS MATERIALIZED (SELECT ${now} AS t, set_config('synchronous_commit', 'off', true) AS async),${picked},
 leased AS (
   -- A LEASED job's next_check_at: no lease of this attempt expires before it (heartbeats only
-  -- extend), so the expired-lease scan leaves the job alone until then (migration 16).
+  -- extend), so the expired-lease scan leaves the job alone until then (migration 15).
   UPDATE ${jobs} j SET state = 'LEASED', attempt_count = j.attempt_count + 1, updated_at = now.t,
     next_check_at = now.t + ${millis('$4')}
   FROM now

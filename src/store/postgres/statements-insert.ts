@@ -46,7 +46,7 @@ const ENQUEUE_ACTOR = ACTOR;
 
 /**
  * The INSERT of `input` (as `n`, with `now`) into `jobs`, in `state` with `attemptCount` and
- * `nextCheckAt` (a LEASED job's: its lease's first expiry, migration 16), SQL expressions over `from`;
+ * `nextCheckAt` (a LEASED job's: its lease's first expiry, migration 15), SQL expressions over `from`;
  * an ON CONFLICT clause or RETURNING … may follow it.
  */
 function insertJobsAs(
@@ -170,7 +170,7 @@ inserted AS (${insertJobsAs(
       `CASE WHEN h.id IS NULL THEN ${QUEUED_OR_AWAITING} ELSE 'LEASED' END`,
       'CASE WHEN h.id IS NULL THEN 0 ELSE 1 END',
       'input n CROSS JOIN now LEFT JOIN handed h ON h.id = n.id',
-      // As the claim records it (migration 16): when the handed lease first expires.
+      // As the claim records it (migration 15): when the handed lease first expires.
       'h.lease_expires_at',
     )}
 ),

@@ -297,7 +297,7 @@ SELECT (SELECT t FROM now) AS now,
 }
 
 /**
- * When a LEASED job `l`'s lease may first have ended: its next_check_at (migration 16), set by
+ * When a LEASED job `l`'s lease may first have ended: its next_check_at (migration 15), set by
  * the claim to the lease's first expiry, which no heartbeat brings forward (each extends the
  * lease by the lease it was claimed with); NULL, the oldest possible, for a job leased by a
  * process of an older version. The expression of `jobs_lease_check`, written as it is there.

@@ -374,13 +374,21 @@ CREATE TRIGGER attempts_facts_once
     ],
   },
   {
-    // PostgreSQL's migration 16 (see there) has no SQLite counterpart: it makes an attempt's
+    // PostgreSQL's migration 14 (see there) has no SQLite counterpart: its function gives the
+    // one-statement claim a snapshot taken after its locks, and SQLite's claims are serialized by
+    // its single writer. The number is kept so that a version names one schema on both stores.
+    version: 14,
+    name: 'flow: leases per concurrency key, counted fresh (PostgreSQL only)',
+    sql: '',
+  },
+  {
+    // PostgreSQL's migration 15 (see there) has no SQLite counterpart: it makes an attempt's
     // outcome and heartbeats HOT updates, and SQLite has none to gain. Its update of a row
     // rewrites the row's page whatever changes, and moves the entries of the indexes it
     // touches, so attempts_expiry costs the claim one entry and the outcome one removal, as an
     // index of LEASED jobs would. The number is kept so that a version names one schema on both
     // stores.
-    version: 16,
+    version: 15,
     name: 'expired leases found from the job (PostgreSQL only)',
     sql: '',
   },
