@@ -83,16 +83,21 @@ export async function attemptClaimMany(
     [one ? queues[0] : queues, p.operations, p.ownerId, p.leaseMs, ...(inline ? [] : [p.limit])],
   );
   h.commits.emit('claim', 1, since);
-  return r.rows.map((row) => {
-    const job = jobFromRow(row);
-    const attempt = newLeasedAttempt(job, {
-      ownerId: p.ownerId,
+  return r.rows.map((row) => claimedFromRow(row, p.ownerId));
+}
+
+/** A claim statement's row (`claim` in statements-hot.ts): the job and its new attempt. */
+export function claimedFromRow(row: ClaimRow, ownerId: string): ClaimedAttempt {
+  const job = jobFromRow(row);
+  return {
+    job,
+    attempt: newLeasedAttempt(job, {
+      ownerId,
       leaseToken: row.a_lease_token,
       leasedAt: row.a_leased_at,
       leaseExpiresAt: row.a_lease_expires_at,
-    });
-    return { job, attempt };
-  });
+    }),
+  };
 }
 
 /**

@@ -16,14 +16,7 @@
  * through a function whose query takes its own snapshot, after the key locks.
  */
 import type { FlowLimit } from '../../core/flow.js';
-import {
-  jobFromRow,
-  newLeasedAttempt,
-  pauseFromRow,
-  scheduleFromRow,
-  type PauseRow,
-  type ScheduleRow,
-} from '../rows.js';
+import { pauseFromRow, scheduleFromRow, type PauseRow, type ScheduleRow } from '../rows.js';
 import {
   flowCandidateWindow,
   flowOutcome,
@@ -43,7 +36,7 @@ import type {
 import type { Queryable } from './commit.js';
 import type { PgHandle } from './handle.js';
 import { claimLimitInline } from './statements.js';
-import type { ClaimRow } from './attempts.js';
+import { claimedFromRow, type ClaimRow } from './attempts.js';
 
 interface CandidateRow {
   id: string;
@@ -58,7 +51,6 @@ interface CandidateRow {
  */
 export const flowLockName = (schema: string, kind: 'c' | 'r', op: string, key: string) =>
   JSON.stringify([schema, kind, op, key]);
-const lockName = flowLockName;
 
 export async function attemptClaimLimited(
   h: PgHandle,
@@ -129,19 +121,6 @@ async function claimConcurrent(
   };
 }
 
-function claimedFromRow(row: ClaimRow, ownerId: string): ClaimedAttempt {
-  const job = jobFromRow(row);
-  return {
-    job,
-    attempt: newLeasedAttempt(job, {
-      ownerId,
-      leaseToken: row.a_lease_token,
-      leasedAt: row.a_leased_at,
-      leaseExpiresAt: row.a_lease_expires_at,
-    }),
-  };
-}
-
 async function claimOne(
   h: PgHandle,
   c: Queryable,
@@ -208,16 +187,17 @@ async function lockedKeys(
 ): Promise<CandidateRow[]> {
   const names = new Set<string>();
   for (const r of rows) {
-    if (limit.rate) names.add(lockName(schema, 'r', limit.operation, r.rate_key));
-    if (limit.concurrency) names.add(lockName(schema, 'c', limit.operation, r.concurrency_key));
+    if (limit.rate) names.add(flowLockName(schema, 'r', limit.operation, r.rate_key));
+    if (limit.concurrency) names.add(flowLockName(schema, 'c', limit.operation, r.concurrency_key));
   }
   const got = new Set(
     (await c.query<{ k: string }>(h.sql.flowKeyLocks, [[...names]])).rows.map((r) => r.k),
   );
   return rows.filter(
     (r) =>
-      (!limit.rate || got.has(lockName(schema, 'r', limit.operation, r.rate_key))) &&
-      (!limit.concurrency || got.has(lockName(schema, 'c', limit.operation, r.concurrency_key))),
+      (!limit.rate || got.has(flowLockName(schema, 'r', limit.operation, r.rate_key))) &&
+      (!limit.concurrency ||
+        got.has(flowLockName(schema, 'c', limit.operation, r.concurrency_key))),
   );
 }
 
@@ -250,7 +230,7 @@ export async function flowBackoff(
   schema: string,
   p: { operation: string; rateKey: string; delayMs: number },
 ): Promise<void> {
-  const lock = lockName(schema, 'r', p.operation, p.rateKey);
+  const lock = flowLockName(schema, 'r', p.operation, p.rateKey);
   await h.db.run((c) => c.query(h.sql.flowBackoff, [p.operation, p.rateKey, p.delayMs, lock]));
 }
 
