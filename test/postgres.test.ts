@@ -78,6 +78,22 @@ async function client(url: string): Promise<pg.Client> {
   return c;
 }
 
+/**
+ * The schema "reckon" as release `version` left it, migrated no further; the connection's
+ * search_path is left on it (for the rows a test writes as that release would).
+ */
+async function schemaAsOf(admin: pg.Client, version: number): Promise<void> {
+  await admin.query('CREATE SCHEMA reckon; SET search_path TO reckon');
+  await admin.query(MIGRATIONS_TABLE_SQL);
+  for (const m of MIGRATIONS.filter((m) => m.version <= version)) {
+    await admin.query(m.sql);
+    await admin.query('INSERT INTO reckon_migrations (version, name) VALUES ($1, $2)', [
+      m.version,
+      m.name,
+    ]);
+  }
+}
+
 /** An operation whose side effect is a count per request key in this process: the ledger. */
 function ledgerOp(ledger: Map<string, number>, o: { name?: string; sendMs?: number } = {}) {
   return defineOperation<{ n: number }, { ok: true }>({
@@ -620,15 +636,7 @@ describe.skipIf(pgReason !== null)(
         const t = await pgDatabase();
         const admin = await client(t.url);
         // The schema as release 2 left it, with a finished job and a waiting one in it.
-        await admin.query('CREATE SCHEMA reckon; SET search_path TO reckon');
-        await admin.query(MIGRATIONS_TABLE_SQL);
-        for (const m of MIGRATIONS.filter((m) => m.version <= 2)) {
-          await admin.query(m.sql);
-          await admin.query('INSERT INTO reckon_migrations (version, name) VALUES ($1, $2)', [
-            m.version,
-            m.name,
-          ]);
-        }
+        await schemaAsOf(admin, 2);
         await admin.query(`
           INSERT INTO jobs (id, queue, operation, input_json, request_key, request_fingerprint,
             state, run_at, created_at, updated_at, max_attempts, backoff_json, timeout_ms)
@@ -685,15 +693,7 @@ describe.skipIf(pgReason !== null)(
         const t = await pgDatabase();
         const admin = await client(t.url);
         // The schema as migration 13 left it, with a job leased by a worker that died.
-        await admin.query('CREATE SCHEMA reckon; SET search_path TO reckon');
-        await admin.query(MIGRATIONS_TABLE_SQL);
-        for (const m of MIGRATIONS.filter((m) => m.version <= 13)) {
-          await admin.query(m.sql);
-          await admin.query('INSERT INTO reckon_migrations (version, name) VALUES ($1, $2)', [
-            m.version,
-            m.name,
-          ]);
-        }
+        await schemaAsOf(admin, 13);
         await admin.query(`
           INSERT INTO jobs (id, queue, operation, input_json, request_key, request_fingerprint,
             state, run_at, created_at, updated_at, attempt_count, max_attempts, backoff_json,
